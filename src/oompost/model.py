@@ -1,0 +1,301 @@
+"""The evidence model: typed, frozen records of what the crash artifacts say.
+
+Parsers produce these; analysis and rules read them; nothing mutates them.
+Every record that came from a text line carries a ``SourceRef`` (file:line and
+the line itself) so a report can quote the proof behind each claim.  This
+module imports nothing from the rest of oompost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class InputKind(str, Enum):
+    TORCH_LOG = "torch_log"
+    DEEPSPEED_LOG = "deepspeed_log"
+    NCCL_LOG = "nccl_log"
+    SNAPSHOT = "snapshot"
+    DS_CONFIG = "ds_config"
+    CAPTURE_META = "capture_meta"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRef:
+    """Where a fact came from: the path as the user gave it, a 1-based line
+    (None for binary sources), and the (stripped, truncated) line text."""
+
+    source: str
+    line: int | None = None
+    text: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "line": self.line, "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One stack frame, from a Python traceback or a snapshot (innermost first
+    in snapshots, outermost first in tracebacks: see ``Stack``)."""
+
+    filename: str
+    line: int
+    name: str
+    code: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """Frames ordered outermost first (as a Python traceback prints them)."""
+
+    frames: tuple[Frame, ...] = ()
+
+    def innermost(self, n: int = 1) -> tuple[Frame, ...]:
+        return self.frames[-n:]
+
+
+# ---------------------------------------------------------------- OOM events
+
+
+class OomKind(str, Enum):
+    CACHING_ALLOCATOR = "caching_allocator"   # "CUDA out of memory. Tried to allocate ..."
+    MALLOC_ASYNC = "malloc_async"             # backend:cudaMallocAsync text
+    CUDA_ERROR = "cuda_error"                 # "CUDA error: out of memory" (raw CUDA call)
+    CUBLAS = "cublas"                         # CUBLAS_STATUS_ALLOC_FAILED
+    CUDNN = "cudnn"                           # CUDNN_STATUS_ALLOC_FAILED / NOT_ENOUGH_WORKSPACE
+    HIP = "hip"                               # ROCm "HIP out of memory"
+    HOST = "host"                             # DefaultCPUAllocator: can't allocate memory
+    NCCL = "nccl"                             # NCCL could not allocate device memory
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class OomEvent:
+    """One out-of-memory failure as the message reports it.  All sizes in bytes;
+    None where the message does not say (or NVML printed garbage)."""
+
+    kind: OomKind
+    ref: SourceRef
+    rank: int | None = None
+    device: int | None = None
+    requested_bytes: int | None = None        # "Tried to allocate" (segment-rounded)
+    capacity_bytes: int | None = None         # "total capacity"
+    free_bytes: int | None = None             # "of which X is free" (whole card)
+    allowed_bytes: int | None = None          # "X allowed;" (memory fraction)
+    allocated_bytes: int | None = None        # "allocated by PyTorch" / "already allocated"
+    reserved_bytes: int | None = None         # total reserved, when stated or derivable
+    reserved_unallocated_bytes: int | None = None
+    process_in_use_bytes: int | None = None   # "this process has X memory in use"
+    other_processes: tuple[tuple[int, int], ...] = ()   # (pid, bytes) of "Process N has X"
+    private_pool_bytes: int | None = None
+    message_format: str = ""                  # "<=2.0", "2.1", ">=2.2", "malloc_async", ...
+    exception: str = ""                       # e.g. "torch.OutOfMemoryError"
+    stack: Stack = field(default_factory=Stack)
+    truncated: bool = False
+
+    @property
+    def limit_bytes(self) -> int | None:
+        """What this process may use: the ``allowed`` cap if set, else capacity."""
+        return self.allowed_bytes if self.allowed_bytes is not None else self.capacity_bytes
+
+
+# ----------------------------------------------------------- other failures
+
+
+class FailureKind(str, Enum):
+    NCCL_CUDA_OOM = "nccl_cuda_oom"           # NCCL "Cuda failure 'out of memory'" / "Failed to CUDA calloc"
+    NCCL_HOST_ALLOC = "nccl_host_alloc"       # cuMem host / "Failed to CUDA host alloc"
+    NCCL_REMOTE = "nccl_remote"               # remote peer exited / network error (a victim)
+    NCCL_SYSTEM = "nccl_system"
+    NCCL_INTERNAL = "nccl_internal"
+    NCCL_INVALID_USAGE = "nccl_invalid_usage"
+    NCCL_TIMEOUT = "nccl_timeout"             # watchdog collective timeout
+    NCCL_HEARTBEAT = "nccl_heartbeat"         # watchdog hang
+    NCCL_OTHER = "nccl_other"
+    DUPLICATE_GPU = "duplicate_gpu"
+    SHM = "shm"                               # /dev/shm exhausted (bus error, shared memory segment)
+    HOST_OOM_KILL = "host_oom_kill"           # kernel/cgroup/Slurm OOM killer
+    SIGKILL = "sigkill"                       # rc -9 / exit 137, cause not stated
+    KILLED = "killed"                         # a bare "Killed" from the shell
+    CONFIG_VALIDATION = "config_validation"   # DeepSpeed/pydantic validation, batch assertions
+    PYTHON_EXCEPTION = "python_exception"     # any other uncaught exception ending a rank
+    PINNED_HOST = "pinned_host"               # pin_memory / cudaHostAlloc failure
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A non-OOM (or not-only-OOM) failure line: NCCL, watchdog, host, config."""
+
+    kind: FailureKind
+    ref: SourceRef
+    rank: int | None = None
+    message: str = ""
+    bytes: int | None = None                  # e.g. "Failed to CUDA calloc N bytes"
+    op_type: str | None = None                # watchdog OpType
+    seq_num: int | None = None
+    timeout_ms: int | None = None
+    exception: str = ""
+    stack: Stack = field(default_factory=Stack)
+
+
+@dataclass(frozen=True, slots=True)
+class RankExit:
+    """A rank's exit as a launcher reports it (torchrun ChildFailedError entry,
+    DeepSpeed launcher ``exits with return code``, Slurm task exit)."""
+
+    ref: SourceRef
+    exitcode: int
+    rank: int | None = None
+    local_rank: int | None = None
+    pid: int | None = None
+    host: str | None = None
+    time: str | None = None
+    message: str = ""
+    launcher: str = ""                        # "torchrun" | "deepspeed" | "slurm" | "mp.spawn"
+    reported_root_cause: bool = False
+
+
+# ------------------------------------------------------------- run facts
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """A single named fact about the run with its source (versions, world size,
+    parameter counts, micro-batch, sequence length, GPU name...)."""
+
+    name: str
+    value: Any
+    ref: SourceRef
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReading:
+    """A memory figure printed during the run: DeepSpeed ``see_memory_usage``
+    (MA/Max_MA/CA/Max_CA), throughput-timer lines or a training loop's own
+    allocated/reserved print.  ``step`` is set when the line names one."""
+
+    ref: SourceRef
+    label: str = ""
+    step: int | None = None
+    rank: int | None = None
+    allocated: int | None = None
+    max_allocated: int | None = None
+    reserved: int | None = None
+    max_reserved: int | None = None
+    host_used: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DsConfigSeen:
+    """A DeepSpeed config as a run printed it (``json = {...}`` dump) or as the
+    user passed it (``--ds-config`` / a ds_config.json found among the inputs)."""
+
+    config: dict[str, Any]
+    ref: SourceRef
+    origin: str = "log"                        # "log" | "file"
+
+
+@dataclass(frozen=True, slots=True)
+class ParseWarning:
+    source: str
+    message: str
+    line: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InputInfo:
+    path: str
+    kind: InputKind
+    warnings: tuple[str, ...] = ()
+    lines: int | None = None
+    bytes: int | None = None
+
+
+# ------------------------------------------------------------- snapshots
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    address: int
+    size: int
+    requested_size: int
+    state: str                                 # active_allocated | active_pending_free | inactive
+    frames: tuple[Frame, ...] = ()             # innermost first, as stored
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    device: int
+    address: int
+    total_size: int
+    allocated_size: int
+    stream: int
+    segment_type: str                          # "large" | "small"
+    pool_id: tuple[int, int]
+    is_expandable: bool
+    blocks: tuple[Block, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    action: str
+    addr: int
+    size: int
+    stream: int
+    time_us: int | None
+    frames: tuple[Frame, ...] = ()             # innermost first
+    device_free: int | None = None             # only on "oom"
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A ``torch.cuda.memory._snapshot()`` pickle, decoded into typed records."""
+
+    path: str
+    segments: tuple[Segment, ...]
+    traces: tuple[tuple[TraceEvent, ...], ...]          # per device
+    allocator_settings: dict[str, Any]
+    meta: dict[str, Any]                                 # oompost_meta / capture extras
+    format: str = ""                                     # "dict" | "segments_only" | "legacy_history"
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def expandable(self) -> bool:
+        if "expandable_segments" in self.allocator_settings:
+            return bool(self.allocator_settings["expandable_segments"])
+        return any(s.is_expandable for s in self.segments)
+
+
+# ---------------------------------------------------------------- the bag
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """Everything the inputs say, merged across files."""
+
+    inputs: tuple[InputInfo, ...] = ()
+    ooms: tuple[OomEvent, ...] = ()
+    failures: tuple[Failure, ...] = ()
+    exits: tuple[RankExit, ...] = ()
+    facts: tuple[Fact, ...] = ()
+    memory: tuple[MemoryReading, ...] = ()
+    ds_configs: tuple[DsConfigSeen, ...] = ()
+    snapshots: tuple[Snapshot, ...] = ()
+    warnings: tuple[ParseWarning, ...] = ()
+
+    def fact(self, name: str) -> Fact | None:
+        """The first recorded fact of that name (file order)."""
+        for f in self.facts:
+            if f.name == name:
+                return f
+        return None
+
+    def fact_value(self, name: str, default: Any = None) -> Any:
+        f = self.fact(name)
+        return default if f is None else f.value
+
+    def facts_named(self, name: str) -> tuple[Fact, ...]:
+        return tuple(f for f in self.facts if f.name == name)

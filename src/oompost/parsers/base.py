@@ -1,0 +1,144 @@
+"""What every text parser shares: the line protocol and the evidence builder.
+
+A text parser is a small state machine fed one ``LogLine`` at a time.  It never
+raises on a bad line: it records a ``ParseWarning`` and goes on.  Parsers keep
+per-rank state because ranks interleave in one file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..model import (DsConfigSeen, Evidence, Fact, Failure, InputInfo, MemoryReading, OomEvent,
+                     ParseWarning, RankExit, Snapshot, SourceRef)
+from ..sources import LogLine
+
+MAX_REF_TEXT = 400
+
+
+def ref(path: str, ln: LogLine, text: str | None = None) -> SourceRef:
+    """A SourceRef for a log line; the quoted text keeps the rank prefix."""
+    t = (ln.raw if text is None else text).strip()
+    if len(t) > MAX_REF_TEXT:
+        t = t[: MAX_REF_TEXT - 1] + "…"
+    return SourceRef(path, ln.lineno, t)
+
+
+def line_rank(ln: LogLine, default: int | None = None) -> int | None:
+    """Global rank of a line: its prefix, else the file's rank hint."""
+    if ln.rank is not None:
+        return ln.rank
+    if ln.local_rank is not None:
+        return ln.local_rank
+    return default
+
+
+@dataclass
+class EvidenceBuilder:
+    """Mutable accumulator that parsers append to; ``build()`` freezes it."""
+
+    inputs: list[InputInfo] = field(default_factory=list)
+    ooms: list[OomEvent] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    exits: list[RankExit] = field(default_factory=list)
+    facts: list[Fact] = field(default_factory=list)
+    memory: list[MemoryReading] = field(default_factory=list)
+    ds_configs: list[DsConfigSeen] = field(default_factory=list)
+    snapshots: list[Snapshot] = field(default_factory=list)
+    warnings: list[ParseWarning] = field(default_factory=list)
+
+    def fact(self, name: str, value: object, r: SourceRef) -> None:
+        self.facts.append(Fact(name, value, r))
+
+    def warn(self, source: str, message: str, line: int | None = None) -> None:
+        self.warnings.append(ParseWarning(source, message, line))
+
+    def build(self) -> Evidence:
+        return Evidence(
+            inputs=tuple(self.inputs), ooms=tuple(self.ooms), failures=tuple(self.failures),
+            exits=tuple(self.exits), facts=tuple(self.facts), memory=tuple(self.memory),
+            ds_configs=tuple(self.ds_configs), snapshots=tuple(self.snapshots),
+            warnings=tuple(self.warnings))
+
+
+class LineParser(Protocol):
+    """A text parser.  One instance per input file."""
+
+    def feed(self, ln: LogLine) -> None:
+        """Consume one line (prefixes already stripped into ``ln.rank`` etc.)."""
+
+    def finish(self) -> None:
+        """End of file: flush any pending multi-line construct."""
+
+
+class ParserFactory(Protocol):
+    def __call__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None,
+                 tracebacks: "TracebackTracker") -> LineParser: ...
+
+
+# ------------------------------------------------------------ tracebacks
+
+from ..model import Frame, Stack  # noqa: E402  (kept next to its only user)
+import re  # noqa: E402
+
+_TB_START = "Traceback (most recent call last):"
+_TB_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>.+?)\s*$')
+_TB_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+@dataclass
+class _TbState:
+    frames: list[Frame] = field(default_factory=list)
+    active: bool = False
+    expect_code: bool = False
+
+
+class TracebackTracker:
+    """Follows Python tracebacks per rank, so the parser that recognises the
+    exception line (an OOM, a DistBackendError, a ValidationError...) can ask
+    for the stack that led to it.  Shared by all parsers of one file and fed
+    before them."""
+
+    def __init__(self) -> None:
+        self._state: dict[int | None, _TbState] = {}
+        self._last: dict[int | None, Stack] = {}
+
+    def feed(self, ln: LogLine, rank: int | None) -> None:
+        text = ln.text
+        st = self._state.get(rank)
+        if _TB_START in text:
+            st = self._state[rank] = _TbState(active=True)
+            return
+        if st is None or not st.active:
+            return
+        m = _TB_FRAME.match(text)
+        if m:
+            st.frames.append(Frame(m.group("file"), int(m.group("line")), m.group("name")))
+            st.expect_code = True
+            return
+        stripped = text.strip()
+        if st.expect_code and text[:1] in (" ", "\t") and stripped and not set(stripped) <= set("^~ "):
+            last = st.frames[-1]
+            st.frames[-1] = Frame(last.filename, last.line, last.name, stripped[:200])
+            st.expect_code = False
+            return
+        if not stripped or set(stripped) <= set("^~ "):
+            return
+        if stripped.startswith(("...", "[Previous line repeated")):
+            return
+        # the exception line ends the traceback
+        st.active = False
+        self._last[rank] = Stack(tuple(st.frames))
+
+    def stack_for(self, rank: int | None) -> Stack:
+        """Frames of the traceback that just ended (or is ending) on this rank."""
+        st = self._state.get(rank)
+        if st is not None and st.active:
+            return Stack(tuple(st.frames))
+        return self._last.get(rank, Stack())
+
+    def is_exception_line(self, rank: int | None) -> bool:
+        """True right after the tracker closed a traceback on this line."""
+        st = self._state.get(rank)
+        return st is not None and not st.active and rank in self._last

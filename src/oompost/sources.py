@@ -1,0 +1,274 @@
+"""Opening inputs: gzip by magic bytes, content sniffing, streamed lines with
+launcher prefixes (torchrun, DeepSpeed/pdsh, Slurm, Ray) stripped off.
+
+Inputs are recognised by what they contain, never by their names.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import orjson
+
+from .errors import InputError
+from .model import InputKind
+
+SNIFF_BYTES = 64 * 1024
+MAX_JSON_BYTES = 16 * 1024 * 1024
+MAX_LINE_CHARS = 20_000          # longer lines are cut (a progress bar without newlines...)
+
+OUTPUT_KIND = "oompost_output"    # our own reports and expected.json: never inputs
+
+
+def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
+    """Open a file for reading, transparently gunzipping it (by magic bytes)."""
+    p = Path(path)
+    try:
+        f: IO[bytes] = open(p, "rb")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    head = f.read(2)
+    f.seek(0)
+    if head == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+    return f
+
+
+def read_head(path: str | os.PathLike[str], n: int = SNIFF_BYTES) -> bytes:
+    with open_binary(path) as f:
+        try:
+            return f.read(n)
+        except (OSError, EOFError) as e:  # truncated/corrupt gzip
+            raise InputError(f"{path}: unreadable compressed file ({e})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Sniff:
+    kind: InputKind | str
+    reason: str = ""
+
+
+_DS_MARKERS = (b"deepspeed", b"DeepSpeed", b"zero_optimization", b"[launch.py:", b"ds_accelerator",
+               b"see_memory_usage", b"ZeRO", b"[Rank 0]")
+_NCCL_MARKERS = (b"NCCL INFO", b"NCCL WARN", b"ProcessGroupNCCL", b"ncclUnhandled", b"ncclRemoteError",
+                 b"ChildFailedError", b"torch.distributed", b"NCCL version")
+_TORCH_MARKERS = (b"Traceback (most recent call last)", b"out of memory", b"OutOfMemoryError",
+                  b"torch", b"CUDA", b"cuda", b"RuntimeError", b"Killed", b"loss")
+_DS_CONFIG_KEYS = {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu",
+                   "gradient_accumulation_steps", "fp16", "bf16", "optimizer", "scheduler",
+                   "zero_allow_untested_optimizer", "gradient_clipping", "steps_per_print"}
+
+
+def _looks_binary(head: bytes) -> bool:
+    if not head:
+        return False
+    sample = head[:8192]
+    if sample.count(b"\x00") > max(2, len(sample) // 200):
+        return True
+    text = sample.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd")
+    return bad > max(8, len(text) // 20)
+
+
+def sniff(path: str | os.PathLike[str]) -> Sniff:
+    """Decide what a file is from its first bytes."""
+    head = read_head(path)
+    if not head:
+        return Sniff(InputKind.UNKNOWN, "empty file")
+    if head[:1] == b"\x80" and len(head) > 1 and 2 <= head[1] <= 5:
+        return Sniff(InputKind.SNAPSHOT, "pickle")
+    if head[:2] == b"PK":
+        return Sniff(InputKind.UNKNOWN, "zip archive (torch.save?): oompost reads pickles written by "
+                     "torch.cuda.memory._dump_snapshot or pickle.dump(torch.cuda.memory._snapshot())")
+    stripped = head.lstrip()
+    if stripped[:1] == b"{":
+        return _sniff_json(path)
+    if stripped[:15].lower().startswith((b"<!doctype html", b"<html")):
+        if b'name="generator" content="oompost' in head:
+            return Sniff(OUTPUT_KIND, "oompost HTML report")
+        return Sniff(InputKind.UNKNOWN, "HTML page")
+    if head.startswith(b"<!-- oompost report"):
+        return Sniff(OUTPUT_KIND, "oompost Markdown report")
+    if _looks_binary(head):
+        return Sniff(InputKind.UNKNOWN, "binary data, not a log, snapshot pickle or JSON config")
+    if any(m in head for m in _DS_MARKERS):
+        return Sniff(InputKind.DEEPSPEED_LOG)
+    if any(m in head for m in _NCCL_MARKERS):
+        return Sniff(InputKind.NCCL_LOG)
+    if any(m in head for m in _TORCH_MARKERS):
+        return Sniff(InputKind.TORCH_LOG)
+    # Unrecognised text is still parsed (the interesting part may be past the head).
+    return Sniff(InputKind.TORCH_LOG, "text with no known markers in its first 64 KiB")
+
+
+def _sniff_json(path: str | os.PathLike[str]) -> Sniff:
+    try:
+        data = load_json(path)
+    except InputError as e:
+        return Sniff(InputKind.UNKNOWN, str(e))
+    if not isinstance(data, dict):
+        return Sniff(InputKind.UNKNOWN, "JSON that is not an object")
+    schema = str(data.get("schema", ""))
+    if schema.startswith(("oompost.report", "oompost.expected", "oompost.index")):
+        return Sniff(OUTPUT_KIND, f"oompost file ({schema})")
+    if schema.startswith("oompost.capture"):
+        return Sniff(InputKind.CAPTURE_META)
+    if _DS_CONFIG_KEYS & set(data):
+        return Sniff(InputKind.DS_CONFIG)
+    return Sniff(InputKind.UNKNOWN, "JSON object that is not a DeepSpeed config")
+
+
+def load_json(path: str | os.PathLike[str]) -> object:
+    with open_binary(path) as f:
+        raw = f.read(MAX_JSON_BYTES + 1)
+    if len(raw) > MAX_JSON_BYTES:
+        raise InputError(f"{path}: JSON file larger than {MAX_JSON_BYTES // 2**20} MiB")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    # DeepSpeed accepts hjson-ish configs; try the stdlib as a last resort for NaN etc.
+    import json
+
+    try:
+        return json.loads(raw.decode("utf-8", errors="replace"))
+    except ValueError as e:
+        raise InputError(f"{path}: not valid JSON ({e})") from None
+
+
+def expand_paths(paths: list[str]) -> list[str]:
+    """Files as given, directories walked (sorted, hidden entries skipped)."""
+    out: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(files):
+                    if not name.startswith("."):
+                        out.append(os.path.join(root, name))
+        else:
+            out.append(p)
+    return out
+
+
+# ------------------------------------------------------------------ lines
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line of a text log after prefix stripping.
+
+    ``rank`` is the global rank when a prefix said so (``[rank3]:``, Slurm
+    ``3:``), ``local_rank`` when only a local one is known (``[default3]:``).
+    ``text`` is what remains; ``raw`` the line as read (minus the newline)."""
+
+    lineno: int
+    text: str
+    raw: str
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+
+
+_PREFIX_RE = re.compile(
+    r"(?:\[rank(?P<rank>\d+)\]:\s?"
+    r"|\[(?P<role>[A-Za-z_]+?)(?P<local>\d+)\]:\s?"
+    r"|\[(?P<jobid>\d+),(?P<mpirank>\d+)\]<std(?:out|err)>:"
+    r"|(?P<srun>\s{0,4}\d{1,5}): (?=\S)"
+    r"|\((?P<ray>[\w.]+) pid=(?P<raypid>\d+)[^)]*\)\s)"
+)
+# pdsh / deepspeed multi-node: "node07: ..." (only when the launcher is pdsh; see below)
+_HOST_PREFIX_RE = re.compile(r"(?P<host>[A-Za-z][\w.-]{0,62}): (?=\S)")
+_RANK_IN_NAME_RE = re.compile(r"(?:^|[_./-])rank[_-]?(\d+)(?:\D|$)", re.IGNORECASE)
+
+
+def rank_hint_from_name(path: str) -> int | None:
+    m = _RANK_IN_NAME_RE.search(os.path.basename(path))
+    return int(m.group(1)) if m else None
+
+
+def strip_prefixes(raw: str, *, host_prefixes: bool = False) -> tuple[str, int | None, int | None, str | None]:
+    """Remove stacked launcher prefixes.  Returns (text, rank, local_rank, host)."""
+    text = raw
+    rank = local = None
+    host = None
+    for _ in range(4):
+        m = _PREFIX_RE.match(text)
+        if m is None and host_prefixes:
+            hm = _HOST_PREFIX_RE.match(text)
+            if hm and host is None:
+                host = hm.group("host")
+                text = text[hm.end():]
+                continue
+        if m is None:
+            break
+        if m.group("rank") is not None:
+            rank = int(m.group("rank"))
+        elif m.group("local") is not None:
+            if m.group("role") == "Rank":      # "[Rank0]:" spelled oddly: treat as global
+                rank = int(m.group("local"))
+            else:
+                local = int(m.group("local"))
+        elif m.group("mpirank") is not None:
+            rank = int(m.group("mpirank"))
+        elif m.group("srun") is not None:
+            if rank is not None or local is not None:
+                break                          # "3: " after a rank prefix is text
+            rank = int(m.group("srun"))
+        text = text[m.end():]
+    return text, rank, local, host
+
+
+# a [rankN]: glued mid-line (progress bars: "...19.11s/it[rank1]:[E ...")
+_MIDLINE_RANK_RE = re.compile(r"\[rank(\d+)\]:")
+
+
+def iter_lines(path: str | os.PathLike[str], *, host_prefixes: bool = False) -> Iterator[LogLine]:
+    """Stream a text file as LogLines; never loads the whole file.
+
+    Carriage returns (tqdm progress) split a physical line into several logical
+    ones that share its line number."""
+    f = open_binary(path)
+    try:
+        stream = io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline="")
+        lineno = 0
+        try:
+            for physical in stream:
+                lineno += 1
+                physical = physical.rstrip("\n")
+                parts = physical.split("\r") if "\r" in physical else (physical,)
+                for part in parts:
+                    if not part:
+                        continue
+                    if len(part) > MAX_LINE_CHARS:
+                        part = part[:MAX_LINE_CHARS]
+                    if "[rank" in part and not part.startswith("[rank"):
+                        m = _MIDLINE_RANK_RE.search(part)
+                        if m:
+                            part = part[m.start():]
+                    text, rank, local, host = strip_prefixes(part, host_prefixes=host_prefixes)
+                    yield LogLine(lineno, text, part, rank, local, host)
+        except (OSError, EOFError) as e:
+            raise TruncatedInput(lineno, str(e)) from None
+    finally:
+        f.close()
+
+
+class TruncatedInput(Exception):
+    """A compressed stream ended early; the lines before it were delivered."""
+
+    def __init__(self, lineno: int, reason: str) -> None:
+        super().__init__(reason)
+        self.lineno = lineno
+        self.reason = reason
