@@ -123,6 +123,7 @@ class FailureKind(str, Enum):
     CONFIG_VALIDATION = "config_validation"   # DeepSpeed/pydantic validation, batch assertions
     PYTHON_EXCEPTION = "python_exception"     # any other uncaught exception ending a rank
     PINNED_HOST = "pinned_host"               # pin_memory / cudaHostAlloc failure
+    NCCL_NVLS = "nccl_nvls"                   # NVLS multicast bind/alloc failure (Fabric Manager / NVSwitch set-up)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +140,13 @@ class Failure:
     timeout_ms: int | None = None
     exception: str = ""
     stack: Stack = field(default_factory=Stack)
+    host: str | None = None                   # NCCL "host:pid:tid" prefix, when the line had one
+    pid: int | None = None                    # process id (NCCL prefix, kernel OOM-killer line)
+    device: int | None = None                 # NCCL "[dev]": local CUDA ordinal, not the rank
+    site: str | None = None                   # what NCCL was allocating: buffer | stream | launch | host | nvls
+    nccl_result: str | None = None            # ncclResult_t name, e.g. "ncclUnhandledCudaError"
+    last_error: str | None = None             # PyTorch's "Last error:" text (NCCL's last WARN)
+    peer: str | None = None                   # "Connection closed by remote peer X": points at the dead rank's host
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +162,11 @@ class RankExit:
     host: str | None = None
     time: str | None = None
     message: str = ""
-    launcher: str = ""                        # "torchrun" | "deepspeed" | "slurm" | "mp.spawn"
+    launcher: str = ""                        # "torchrun" | "deepspeed" | "slurm" | "mp.spawn" | "shell"
     reported_root_cause: bool = False
+    error_file: str | None = None             # torchrun error_file (None for <N/A>)
+    traceback: str = ""                       # torchrun "traceback :" field (multi-line, truncated)
+    killed_by_launcher: bool = False          # the launcher sent it SIGTERM/SIGKILL while shutting down: a survivor
 
 
 # ------------------------------------------------------------- run facts
@@ -223,6 +234,7 @@ class Block:
     size: int
     requested_size: int
     state: str                                 # active_allocated | active_pending_free | inactive
+                                               # ("active_awaiting_free" is normalised to active_pending_free)
     frames: tuple[Frame, ...] = ()             # innermost first, as stored
 
 
@@ -248,6 +260,8 @@ class TraceEvent:
     time_us: int | None
     frames: tuple[Frame, ...] = ()             # innermost first
     device_free: int | None = None             # only on "oom"
+    pool_id: tuple[int, int] | None = None     # torch > 2.11 records it; None when absent
+    user_metadata: str = ""                    # torch.cuda.memory._set_memory_metadata (>= 2.10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +275,7 @@ class Snapshot:
     meta: dict[str, Any]                                 # oompost_meta / capture extras
     format: str = ""                                     # "dict" | "segments_only" | "legacy_history"
     warnings: tuple[str, ...] = ()
+    external_annotations: tuple[Any, ...] = ()           # record_function annotations, opaque dicts
 
     @property
     def expandable(self) -> bool:

@@ -1,0 +1,25 @@
+"""oompost: postmortem analyzer for GPU out-of-memory crashes in large-model training.
+
+    import oompost
+    report = oompost.analyze(["run.log", "snapshot.pickle"])
+    print(report.cause, report.summary)
+
+Heavy modules (pandas, jinja2, torch, deepspeed) are imported lazily.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+__all__ = ["analyze", "__version__"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .report import Report
+
+
+def analyze(paths: Any, ds_config: str | None = None) -> "Report":
+    """Analyze crash artifacts (log files, snapshot pickles, directories) into a Report."""
+    from .pipeline import analyze as _analyze
+
+    return _analyze(paths, ds_config=ds_config)

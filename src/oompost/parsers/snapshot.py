@@ -1,0 +1,394 @@
+"""Decode ``torch.cuda.memory._snapshot()`` pickles into typed ``Snapshot`` records.
+
+Snapshots are user uploads, so they are never given to plain ``pickle.load``:
+a pickle can run any code while it loads.  Real snapshots contain only
+builtins (dict, list, tuple, str, int, float, bool — reference/pytorch.md
+§1.1), so ``RestrictedUnpickler`` refuses *every* global and every persistent
+id.  Anything that needs one is hostile (or not a snapshot) and is rejected
+before a single byte of it runs.
+
+Shapes accepted (pytorch.md §1.2–1.9):
+
+* the ``_snapshot()`` dict: ``segments``, ``device_traces``,
+  ``allocator_settings``, ``external_annotations``, plus extra keys
+  (``oompost_meta`` from our capture hook → ``Snapshot.meta``);
+* the bare segments list returned by ``torch.cuda.memory_snapshot()``;
+* legacy (≤2.0) blocks carrying ``history`` instead of ``frames`` /
+  ``requested_size`` (ported from ``_memory_viz._block_extra``).
+
+Stack frames are interned — one ``Frame`` object per distinct (name, file,
+line) and one tuple per distinct stack — so a 100k-entry trace whose entries
+all carry ~30 frames costs a few thousand objects, not millions.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections.abc import Iterable
+from typing import Any
+
+from ..errors import HostilePickleError, SnapshotError
+from ..model import Block, Frame, Segment, Snapshot, TraceEvent
+from ..sources import open_binary
+
+CAPTURE_HINT = ("capture one with torch.cuda.memory._record_memory_history(max_entries=100000) and, at the "
+                "OOM, torch.cuda.memory._dump_snapshot('snapshot.pickle') — or run under "
+                "`python -m oompost.record -o DIR -- train.py`")
+
+# Block states as the allocator writes them.  The _snapshot() docstring says
+# "active_awaiting_free"; the binaries write "active_pending_free" (§1.4).
+_STATE_ALIASES = {"active_awaiting_free": "active_pending_free"}
+KNOWN_STATES = frozenset({"active_allocated", "active_pending_free", "inactive"})
+KNOWN_ACTIONS = frozenset({"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+                           "segment_map", "segment_unmap", "snapshot", "oom"})
+_KNOWN_TOP_KEYS = frozenset({"segments", "device_traces", "allocator_settings", "external_annotations"})
+_SMALL_SEGMENT = 2 * 1024 * 1024
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """An unpickler that can only build builtin containers and scalars.
+
+    ``find_class`` is the single door through which a pickle reaches code
+    (``GLOBAL``/``STACK_GLOBAL``, and through them ``REDUCE``/``BUILD``/
+    ``NEWOBJ``/``INST``/``OBJ``); it always refuses.  ``persistent_load`` is the
+    other extension hook and refuses too."""
+
+    def find_class(self, module: str, name: str) -> Any:  # noqa: D401 - pickle API
+        raise HostilePickleError(
+            f"refusing to load {module}.{name}: snapshot pickles contain only builtins; "
+            "this file tries to import code")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise HostilePickleError(
+            f"refusing persistent id {str(pid)[:60]!r}: snapshot pickles contain only builtins; "
+            "this file references external objects")
+
+
+def loads_restricted(data: bytes) -> Any:
+    """Unpickle bytes with ``RestrictedUnpickler`` (for tests and in-memory data)."""
+    return RestrictedUnpickler(io.BytesIO(data)).load()
+
+
+def load_snapshot(path: str) -> Snapshot:
+    """Read a snapshot pickle (optionally gzipped) without executing anything in it.
+
+    Raises ``HostilePickleError`` when the pickle tries to import code and
+    ``SnapshotError`` (one line, with a capture hint) when it is truncated,
+    corrupt or not a snapshot at all."""
+    with open_binary(path) as f:
+        try:
+            head = f.read(4)
+            f.seek(0)
+        except (OSError, EOFError) as e:
+            raise SnapshotError(f"{path}: unreadable compressed file ({_one_line(e)}); {CAPTURE_HINT}") from None
+        if not head:
+            raise SnapshotError(f"{path}: empty file; {CAPTURE_HINT}")
+        try:
+            raw = RestrictedUnpickler(f).load()
+        except HostilePickleError as e:
+            raise HostilePickleError(f"{path}: {e}") from None
+        except RecursionError:
+            raise SnapshotError(f"{path}: pickle nests too deeply to be a memory snapshot; {CAPTURE_HINT}") from None
+        except MemoryError:
+            raise SnapshotError(f"{path}: pickle too large to load in memory") from None
+        except Exception as e:  # EOFError, UnpicklingError, gzip's BadGzipFile/EOFError, ValueError...
+            raise SnapshotError(f"{path}: {_describe_failure(head, e)}; {CAPTURE_HINT}") from None
+    return decode_snapshot(raw, path)
+
+
+def _describe_failure(head: bytes, e: BaseException) -> str:
+    if head[:2] == b"PK":
+        return ("a zip archive (torch.save output?), not a snapshot pickle written by "
+                "torch.cuda.memory._dump_snapshot or pickle.dump(torch.cuda.memory._snapshot())")
+    if isinstance(e, EOFError) or "truncated" in str(e).lower() or "ended before" in str(e).lower():
+        return f"truncated pickle ({_one_line(e) or 'ran out of input'}): the file was cut short while being written or copied"
+    return f"not a readable pickle ({type(e).__name__}: {_one_line(e)})"
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else ""
+
+
+# ---------------------------------------------------------------- decoding
+
+
+class _Interner:
+    """Shares Frame objects and frame tuples across blocks and trace entries."""
+
+    def __init__(self) -> None:
+        self.frames: dict[tuple[str, str, int], Frame] = {}
+        self.stacks: dict[tuple[Frame, ...], tuple[Frame, ...]] = {}
+        self.by_id: dict[int, Frame] = {}           # id(frame dict) → Frame, valid while raw data lives
+        self.lists_by_id: dict[int, tuple[Frame, ...]] = {}
+
+    def frame(self, d: Any) -> Frame | None:
+        f = self.by_id.get(id(d))
+        if f is not None:
+            return f
+        if not isinstance(d, dict):
+            return None
+        name = d.get("name", "")
+        filename = d.get("filename", "")
+        line = d.get("line", 0)
+        key = (name if isinstance(name, str) else str(name),
+               filename if isinstance(filename, str) else str(filename),
+               line if isinstance(line, int) else _int(line))
+        f = self.frames.get(key)
+        if f is None:
+            f = Frame(filename=key[1], line=key[2], name=key[0])
+            self.frames[key] = f
+        self.by_id[id(d)] = f
+        return f
+
+    def stack(self, frames: Any) -> tuple[Frame, ...]:
+        if not frames:
+            return ()
+        cached = self.lists_by_id.get(id(frames))
+        if cached is not None:
+            return cached
+        if not isinstance(frames, (list, tuple)):
+            return ()
+        out = []
+        for d in frames:
+            f = self.frame(d)
+            if f is not None:
+                out.append(f)
+        t = tuple(out)
+        t = self.stacks.setdefault(t, t)
+        self.lists_by_id[id(frames)] = t
+        return t
+
+
+def _int(v: Any, default: int = 0) -> int:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def _pool_id(v: Any) -> tuple[int, int]:
+    if isinstance(v, (list, tuple)) and len(v) == 2:
+        return (_int(v[0]), _int(v[1]))
+    return (0, 0)
+
+
+def decode_snapshot(raw: Any, path: str = "<memory>") -> Snapshot:
+    """Turn the unpickled builtins into a ``Snapshot`` (no I/O; usable on dicts from tests)."""
+    warnings: list[str] = []
+    interner = _Interner()
+    meta: dict[str, Any] = {}
+    settings: dict[str, Any] = {}
+    annotations: tuple[Any, ...] = ()
+    raw_traces: Any = None
+    if isinstance(raw, dict):
+        if "segments" not in raw:
+            keys = ", ".join(sorted(str(k) for k in raw)[:8])
+            raise SnapshotError(f"{path}: a pickled dict without 'segments' (keys: {keys or 'none'}) is not a "
+                                f"memory snapshot; {CAPTURE_HINT}")
+        fmt = "dict"
+        raw_segments = raw["segments"]
+        raw_traces = raw.get("device_traces")
+        s = raw.get("allocator_settings")
+        if isinstance(s, dict):
+            settings = dict(s)
+        ea = raw.get("external_annotations")
+        if isinstance(ea, (list, tuple)):
+            annotations = tuple(ea)
+        om = raw.get("oompost_meta")
+        if isinstance(om, dict):
+            meta.update(om)
+        for k, v in raw.items():
+            if k not in _KNOWN_TOP_KEYS and k != "oompost_meta":
+                meta[str(k)] = v
+    elif isinstance(raw, list):
+        fmt = "segments_only"
+        raw_segments = raw
+        warnings.append("segments-only snapshot (torch.cuda.memory_snapshot()): no allocator history or settings; "
+                        "use torch.cuda.memory._snapshot() for the trace")
+    else:
+        raise SnapshotError(f"{path}: the pickle holds a {type(raw).__name__}, not a memory snapshot dict or "
+                            f"segments list; {CAPTURE_HINT}")
+    if not isinstance(raw_segments, (list, tuple)):
+        raise SnapshotError(f"{path}: 'segments' is a {type(raw_segments).__name__}, not a list; {CAPTURE_HINT}")
+
+    segments, legacy = _decode_segments(raw_segments, interner, warnings)
+    if legacy:
+        fmt = "legacy_history"
+    traces = _decode_traces(raw_traces, interner, warnings) if raw_traces is not None else ()
+    if fmt == "dict" and not any(traces):
+        warnings.append("no device_traces: allocator history was not recorded "
+                        "(enable torch.cuda.memory._record_memory_history before the OOM)")
+    for dev, trace in enumerate(traces):
+        warnings.extend(_trace_warnings(dev, trace, [s for s in segments if s.device == dev]))
+    return Snapshot(path=path, segments=tuple(segments), traces=traces, allocator_settings=settings,
+                    meta=meta, format=fmt, warnings=tuple(warnings), external_annotations=annotations)
+
+
+def _block_extra(b: dict[str, Any]) -> tuple[Any, int]:
+    """Frames and requested size of a block, as ``_memory_viz._block_extra`` reads them."""
+    if "frames" not in b:
+        hist = b.get("history")
+        if isinstance(hist, (list, tuple)) and hist and isinstance(hist[0], dict):
+            h = hist[0]
+            return h.get("frames", []), _int(h.get("real_size", b.get("size", 0)))
+        return [], _int(b.get("requested_size", b.get("size", 0)))
+    return b["frames"], _int(b.get("requested_size", b.get("size", 0)))
+
+
+def _decode_segments(raw_segments: Iterable[Any], interner: _Interner,
+                     warnings: list[str]) -> tuple[list[Segment], bool]:
+    out: list[Segment] = []
+    legacy = False
+    bad_segments = 0
+    size_mismatch = 0
+    unknown_states: set[str] = set()
+    for rs in raw_segments:
+        if not isinstance(rs, dict):
+            bad_segments += 1
+            continue
+        address = _int(rs.get("address"))
+        blocks: list[Block] = []
+        offset = address
+        raw_blocks = rs.get("blocks") or []
+        for rb in raw_blocks if isinstance(raw_blocks, (list, tuple)) else ():
+            if not isinstance(rb, dict):
+                continue
+            if "history" in rb and "frames" not in rb:
+                legacy = True
+            size = _int(rb.get("size"))
+            frames, requested = _block_extra(rb)
+            state = str(rb.get("state", "inactive"))
+            state = _STATE_ALIASES.get(state, state)
+            if state not in KNOWN_STATES:
+                unknown_states.add(state)
+            baddr = _int(rb.get("address"), offset) if "address" in rb else offset
+            blocks.append(Block(address=baddr, size=size, requested_size=requested, state=state,
+                                frames=interner.stack(frames)))
+            offset = baddr + size
+        block_total = sum(b.size for b in blocks)
+        total = _int(rs.get("total_size"), block_total) if "total_size" in rs else block_total
+        if blocks and block_total != total:
+            size_mismatch += 1
+        allocated = (_int(rs.get("allocated_size")) if "allocated_size" in rs
+                     else sum(b.size for b in blocks if b.state == "active_allocated"))
+        expandable = bool(rs.get("is_expandable", False))
+        stype = rs.get("segment_type")
+        if stype not in ("small", "large"):
+            stype = "small" if (total <= _SMALL_SEGMENT and not expandable) else "large"
+        out.append(Segment(device=_int(rs.get("device")), address=address, total_size=total,
+                           allocated_size=allocated, stream=_int(rs.get("stream")), segment_type=stype,
+                           pool_id=_pool_id(rs.get("segment_pool_id")), is_expandable=expandable,
+                           blocks=tuple(blocks)))
+    out.sort(key=lambda s: (s.device, s.address))
+    if bad_segments:
+        warnings.append(f"{bad_segments} segment entries were not dicts and were skipped")
+    if size_mismatch:
+        warnings.append(f"{size_mismatch} segments whose block sizes do not add up to total_size")
+    if unknown_states:
+        warnings.append("unknown block states kept as is: " + ", ".join(sorted(unknown_states)))
+    return out, legacy
+
+
+def _decode_traces(raw_traces: Any, interner: _Interner, warnings: list[str]) -> tuple[tuple[TraceEvent, ...], ...]:
+    if not isinstance(raw_traces, (list, tuple)):
+        warnings.append(f"device_traces is a {type(raw_traces).__name__}, not a list: ignored")
+        return ()
+    out: list[tuple[TraceEvent, ...]] = []
+    unknown: dict[str, int] = {}
+    skipped = 0
+    stack = interner.stack
+    for dev_trace in raw_traces:
+        events: list[TraceEvent] = []
+        if isinstance(dev_trace, (list, tuple)):
+            append = events.append
+            for e in dev_trace:
+                if not isinstance(e, dict):
+                    skipped += 1
+                    continue
+                action = e.get("action")
+                action = action if isinstance(action, str) else str(action)
+                if action not in KNOWN_ACTIONS:
+                    unknown[action] = unknown.get(action, 0) + 1
+                df = e.get("device_free")
+                pid = e.get("pool_id")
+                um = e.get("user_metadata", "")
+                t = e.get("time_us")
+                append(TraceEvent(action=action, addr=_int(e.get("addr", 0)), size=_int(e.get("size", 0)),
+                                  stream=_int(e.get("stream", 0)),
+                                  time_us=t if isinstance(t, int) else (None if t is None else _int(t)),
+                                  frames=stack(e.get("frames")),
+                                  device_free=None if df is None else _int(df),
+                                  pool_id=None if pid is None else _pool_id(pid),
+                                  user_metadata=um if isinstance(um, str) else str(um)))
+        out.append(tuple(events))
+    if skipped:
+        warnings.append(f"{skipped} trace entries were not dicts and were skipped")
+    if unknown:
+        warnings.append("trace actions not known to this version kept as is: "
+                        + ", ".join(f"{a} ×{n}" for a, n in sorted(unknown.items())))
+    return tuple(out)
+
+
+def _trace_warnings(device: int, trace: tuple[TraceEvent, ...], segments: list[Segment]) -> list[str]:
+    """Oddities worth telling the user: a ring buffer that wrapped, frees never completed."""
+    out: list[str] = []
+    if not trace:
+        return out
+    live: set[int] = set()
+    requested: set[int] = set()
+    orphan_frees = 0
+    completed_without_request = 0
+    n_requested = n_completed = 0
+    segs: set[int] = set()
+    orphan_segment_frees = 0
+    for e in trace:
+        a = e.action
+        if a == "alloc":
+            live.add(e.addr)
+        elif a == "free_requested":
+            n_requested += 1
+            if e.addr in live:
+                requested.add(e.addr)
+            else:
+                orphan_frees += 1
+                requested.add(e.addr)
+        elif a == "free_completed":
+            n_completed += 1
+            if e.addr in requested:
+                requested.discard(e.addr)
+                live.discard(e.addr)
+            elif e.addr in live:
+                completed_without_request += 1
+                live.discard(e.addr)
+            else:
+                orphan_frees += 1
+        elif a in ("segment_alloc", "segment_map"):
+            segs.add(e.addr)
+        elif a == "segment_free":
+            if e.addr in segs:
+                segs.discard(e.addr)
+            else:
+                orphan_segment_frees += 1
+    if orphan_frees or orphan_segment_frees:
+        out.append(f"device {device}: trace starts mid-run ({orphan_frees} frees and {orphan_segment_frees} "
+                   "segment frees whose allocation is not in the trace): the ring buffer was truncated by "
+                   "max_entries, or history was enabled late; live state before the first entry is inferred")
+    else:
+        known = live | requested
+        pre = sum(1 for s in segments for b in s.blocks
+                  if b.state != "inactive" and b.address not in known)
+        if pre:
+            out.append(f"device {device}: {pre} live blocks were allocated before the trace starts "
+                       "(history enabled late or ring buffer truncated)")
+    if completed_without_request:
+        out.append(f"device {device}: {completed_without_request} free_completed entries without free_requested")
+    if n_requested and not n_completed:
+        out.append(f"device {device}: the trace has free_requested but no free_completed entries "
+                   "(skip_actions?); frees are treated as completed at once")
+    return out

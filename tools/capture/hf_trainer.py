@@ -1,0 +1,81 @@
+#!/usr/bin/env python
+"""Fine-tuning with the HuggingFace Trainer and a DeepSpeed config (the
+setting of the seed threads: a custom Trainer subclass, ZeRO-3 with offload).
+
+    deepspeed hf_trainer.py --deepspeed ds_zero3_offload.json --per_device_train_batch_size 16 ...
+
+Unknown arguments go to ``TrainingArguments`` (HF names), so a rerun plan's
+``trainer_args`` can be passed as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="qwen2.5-0.5b")
+    p.add_argument("--max_seq_length", type=int, default=2048)
+    p.add_argument("--num_samples", type=int, default=4096)
+    p.add_argument("--attn_implementation", default="sdpa")
+    p.add_argument("--emulate_card", default=None)
+    p.add_argument("--oompost_capture", default=None)
+    p.add_argument("--max_entries", type=int, default=30000)
+    p.add_argument("--local_rank", type=int, default=-1)
+    args, rest = p.parse_known_args()
+
+    import torch
+
+    if args.oompost_capture:
+        import oompost.record
+
+        oompost.record.enable(args.oompost_capture, max_entries=args.max_entries)
+    from cards import apply_limit
+
+    apply_limit(args.emulate_card, None, print)
+
+    from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+    from models import hf_config
+
+    (targs,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(args=rest)
+    cfg = hf_config(args.model, args.attn_implementation)
+
+    class RandomTokens(torch.utils.data.Dataset):
+        def __len__(self):
+            return args.num_samples
+
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(i)
+            ids = torch.randint(0, cfg.vocab_size, (args.max_seq_length,), generator=g)
+            return {"input_ids": ids, "labels": ids.clone()}
+
+    class CausalLMTrainer(Trainer):
+        """The users' "custom trainer": same loss as HF's, computed explicitly."""
+
+        def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
+            out = model(input_ids=inputs["input_ids"], labels=inputs["labels"])
+            return (out.loss, out) if return_outputs else out.loss
+
+    try:
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    except TypeError:
+        model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
+    n = sum(getattr(q, "ds_numel", q.numel()) for q in model.parameters())
+    print(f"model: {type(model).__name__} ({args.model}), {n:,} parameters, max_seq_length={args.max_seq_length}",
+          flush=True)
+    trainer = CausalLMTrainer(model=model, args=targs, train_dataset=RandomTokens())
+    trainer.train()
+    print(f"training finished: max_reserved={torch.cuda.max_memory_reserved() / 2**30:.2f}GiB", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Model shapes used by the capture scripts: the published HF configs of real
+models (random weights: the GPU machine has no network, and memory does not
+depend on the values).  Only the fields that shape memory are given; the rest
+are the transformers defaults."""
+
+from __future__ import annotations
+
+PRESETS: dict[str, dict] = {
+    "qwen2.5-0.5b": dict(model_type="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                         num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                         max_position_embeddings=32768, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                         rope_theta=1000000.0),
+    "qwen2.5-1.5b": dict(model_type="qwen2", hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                         num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
+                         max_position_embeddings=32768, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                         rope_theta=1000000.0),
+    "qwen2.5-3b": dict(model_type="qwen2", hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                       num_attention_heads=16, num_key_value_heads=2, vocab_size=151936,
+                       max_position_embeddings=32768, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                       rope_theta=1000000.0),
+    "llama3.2-1b": dict(model_type="llama", hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                        num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                        max_position_embeddings=131072, tie_word_embeddings=True, rms_norm_eps=1e-5,
+                        rope_theta=500000.0, head_dim=64),
+    "llama2-7b": dict(model_type="llama", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
+                      max_position_embeddings=4096, tie_word_embeddings=False, rms_norm_eps=1e-5),
+    "llama2-13b": dict(model_type="llama", hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+                       num_attention_heads=40, num_key_value_heads=40, vocab_size=32000,
+                       max_position_embeddings=4096, tie_word_embeddings=False, rms_norm_eps=1e-5),
+}
+
+
+def hf_config(name: str, attn_implementation: str = "sdpa"):
+    from transformers import AutoConfig
+
+    spec = dict(PRESETS[name])
+    model_type = spec.pop("model_type")
+    cfg = AutoConfig.for_model(model_type, **spec)
+    cfg._attn_implementation = attn_implementation
+    cfg.use_cache = False
+    return cfg
