@@ -362,6 +362,7 @@ def main() -> int:
     ap.add_argument("--deadline", type=float, default=540, help="seconds from start")
     ap.add_argument("--only", default="", help="comma-separated scenario / matrix names")
     ap.add_argument("--scenarios", action="store_true")
+    ap.add_argument("--matrix-only", default="", help="comma-separated matrix run names")
     ap.add_argument("--matrix", action="store_true")
     ap.add_argument("--skip-exclusive", action="store_true", help="leave out scenarios that fill the card")
     ap.add_argument("--reruns", default=None)
@@ -389,7 +390,8 @@ def main() -> int:
             threads.append(t)
             time.sleep(0.5)
     if args.matrix:
-        t = threading.Thread(target=run_matrix, args=(work, budget, deadline, env_info, only), daemon=True)
+        monly = {x for x in args.matrix_only.split(",") if x} or None
+        t = threading.Thread(target=run_matrix, args=(work, budget, deadline, env_info, monly), daemon=True)
         t.start()
         threads.append(t)
     if args.reruns:

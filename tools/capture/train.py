@@ -46,6 +46,9 @@ def parse_args(argv=None):
     p.add_argument("--init_device", default="cpu", choices=["cpu", "cuda"],
                    help="where the model is built before deepspeed.initialize / .cuda()")
     p.add_argument("--zero_init", action="store_true", help="build the model under deepspeed.zero.Init (ZeRO-3)")
+    p.add_argument("--skip_weight_init", action="store_true",
+                   help="allocate the weights on --init_device without initialising them (memory does not "
+                        "depend on their values; a 13B random init on the CPU takes minutes)")
     p.add_argument("--local_rank", type=int, default=-1)
     # scenario staging (each prints what it does)
     p.add_argument("--long_batch_at_step", type=int, default=None,
@@ -116,6 +119,10 @@ def build_model(args, ds_config):
 
         with deepspeed.zero.Init(config_dict_or_path=ds_config):
             model = construct()
+    elif args.skip_weight_init:
+        with torch.device("meta"):
+            model = construct()
+        model = model.to_empty(device=args.init_device)
     elif args.init_device == "cuda":
         with torch.device("cuda"):
             model = construct()
