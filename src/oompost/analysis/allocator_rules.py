@@ -200,12 +200,12 @@ class AllocatorSettings:
             parts.append(f"backend:{self.backend}")
         if self.expandable_segments:
             parts.append("expandable_segments:True")
+        if self.garbage_collection_threshold:
+            parts.append(f"garbage_collection_threshold:{self.garbage_collection_threshold:g}")
         if self.max_split_size is not None:
             parts.append(f"max_split_size_mb:{self.max_split_size // MiB}")
         if self.max_non_split_rounding != d.max_non_split_rounding:
             parts.append(f"max_non_split_rounding_mb:{self.max_non_split_rounding // MiB}")
-        if self.garbage_collection_threshold:
-            parts.append(f"garbage_collection_threshold:{self.garbage_collection_threshold:g}")
         if any(self.roundup_power2_divisions):
             divs = self.roundup_power2_divisions
             if len(set(divs)) == 1:

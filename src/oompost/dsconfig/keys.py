@@ -396,8 +396,8 @@ def fields_from_model(model: Any, static: Mapping[str, FieldSpec]) -> Mapping[st
         dep = None
         if extra.get("deprecated"):
             known = static.get(name)
-            hint = known.deprecated.value_hint if known and known.deprecated else ""
-            dep = Deprecation(str(extra.get("new_param", "")), hint)
+            # keep the static wording (JSON spelling, value hint) where we have one
+            dep = known.deprecated if known and known.deprecated else Deprecation(str(extra.get("new_param", "")))
         base = static.get(name) or FieldSpec(name=name, kind="other", default=None)
         out[name] = replace(base, kind=_kind_of(info.annotation), default=_default_of(info),
                             alias=info.alias, deprecated=dep)

@@ -143,23 +143,31 @@ def _import_context() -> Iterator[None]:
 def load_deepspeed() -> ModuleType | None:
     """Import DeepSpeed once, on the CPU accelerator, silently.
 
-    ``DS_ACCELERATOR=cpu`` is set only when DeepSpeed is not imported yet and
-    the user did not choose an accelerator: inside a training process that
-    already imported DeepSpeed nothing is touched.  Any import failure (not
-    installed, broken torch) makes validation unavailable rather than
-    crashing ``check``."""
+    ``DS_ACCELERATOR=cpu`` is set only for the import (DeepSpeed picks and
+    caches its accelerator then), only when DeepSpeed is not imported yet and
+    the user chose no accelerator; it is removed again so that processes
+    oompost starts later (``oompost.record -- train.py``) do not inherit it.
+    Any import failure (not installed, broken torch) makes validation
+    unavailable rather than crashing ``check``."""
     global _DS, _DS_IMPORT_ERROR
     if _DS is not None or _DS_IMPORT_ERROR is not None:
         return _DS
-    if "deepspeed" not in sys.modules:
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    set_env = "deepspeed" not in sys.modules and "DS_ACCELERATOR" not in os.environ
+    if set_env:
+        os.environ["DS_ACCELERATOR"] = "cpu"
     try:
         with _import_context():
             import deepspeed
             import deepspeed.runtime.config  # noqa: F401  (the module validation patches)
+            from deepspeed.accelerator import get_accelerator
+
+            get_accelerator()               # pin the choice while the variable is set
     except Exception as exc:  # noqa: BLE001 - any import failure means "not available"
         _DS_IMPORT_ERROR = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return None
+    finally:
+        if set_env:
+            os.environ.pop("DS_ACCELERATOR", None)
     _DS = deepspeed
     return _DS
 
@@ -170,18 +178,25 @@ def deepspeed_version() -> str | None:
     return None if ds is None else str(getattr(ds, "__version__", "unknown"))
 
 
+_TABLES: list[K.KeyTables | None] = []
+
+
 def installed_key_tables() -> K.KeyTables | None:
-    """``keys.installed_tables`` for the installed DeepSpeed, quietly; None
-    when DeepSpeed is missing or its internals moved (lint then uses the
-    static tables)."""
+    """``keys.installed_tables`` for the installed DeepSpeed, quietly and
+    once per process; None when DeepSpeed is missing or its internals moved
+    (lint then uses the static tables)."""
+    if _TABLES:
+        return _TABLES[0]
     ds = load_deepspeed()
     if ds is None:
         return None
     try:
         with _quiet(), _patched_world(1):
-            return K.installed_tables(ds)
+            tables: K.KeyTables | None = K.installed_tables(ds)
     except Exception:  # noqa: BLE001 - fall back to the static tables
-        return None
+        tables = None
+    _TABLES.append(tables)
+    return tables
 
 
 # ------------------------------------------------------------ validation
@@ -194,7 +209,10 @@ def implied_world_size(cfg: dict[str, Any]) -> int | None:
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (train, micro, gas)):
         return None
     per_rank = micro * gas  # type: ignore[operator]
-    return train // per_rank if train % per_rank == 0 else None  # type: ignore[operator]
+    if train % per_rank:  # type: ignore[operator]
+        return None
+    sp = cfg.get("sequence_parallel_size", 1)
+    return train // per_rank * (sp if isinstance(sp, int) and sp > 0 else 1)  # type: ignore[operator]
 
 
 @contextlib.contextmanager
@@ -302,9 +320,7 @@ def _describe(exc: BaseException, cfg: dict[str, Any]) -> list[tuple[str | None,
         key = _string_batch_key(cfg)
         if key is not None:
             value = cfg.get(key)
-            return [(key, f"{key}: DeepSpeed cannot compute with {value!r} here "
-                          f"(TypeError: {text}); only the HF Trainer / Accelerate integration replaces "
-                          f"\"auto\"")]
+            return [(key, f"{key}: {value!r} is not a number (TypeError: {text})")]
     key = _key_from_text(text, cfg)
     kind = "" if isinstance(exc, AssertionError) else f"{type(exc).__name__}: "
     return [(key, f"{key or '(config)'}: {kind}{text}")]
@@ -341,22 +357,34 @@ def _key_from_text(text: str, cfg: dict[str, Any]) -> str | None:
     for phrase, key in _TEXT_TO_KEY:
         if phrase in text:
             return key
+    for model, section in _SECTION_OF_MODEL.items():
+        if section and re.search(rf"\b{model}\b", text):
+            return section
     m = re.search(r"Cannot provide deprecated parameter '(\w+)'", text)
     if m:
         return f"zero_optimization.{m.group(1)}"
-    tables = K.static_tables()
-    for removed in tables.removed_top_level:
-        if removed in cfg and f"'{removed}'" in text:
+    removed_top, removed_zero = _removed_tables()
+    for removed, message in removed_top.items():
+        if removed in cfg and _one_line(message) == text:
             return removed
     zero = cfg.get("zero_optimization")
     if isinstance(zero, dict):
-        for removed in tables.removed_zero:
-            if removed in zero and removed in text:
+        for removed, message in removed_zero.items():
+            if removed in zero and _one_line(message) == text:
                 return f"zero_optimization.{removed}"
     for key in sorted((k for k in cfg if isinstance(k, str)), key=len, reverse=True):
         if re.search(rf"\b{re.escape(key)}\b", text):
             return key
     return None
+
+
+def _removed_tables() -> tuple[dict[str, str], dict[str, str]]:
+    """The installed DeepSpeed's removed-key messages (top level, zero), to
+    recognise which key a DeepSpeedConfigError is about."""
+    import deepspeed.runtime.config as ds_runtime_config
+
+    return (dict(getattr(ds_runtime_config, "_REMOVED_TOP_LEVEL_CONFIG_KEYS", {})),
+            dict(getattr(ds_runtime_config, "_REMOVED_ZERO_CONFIG_KEYS", {})))
 
 
 # ------------------------------------------------------------ continuing past the first error

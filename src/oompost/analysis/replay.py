@@ -1,0 +1,864 @@
+"""Replay a snapshot's allocation trace through a model of the CUDA caching allocator.
+
+Why: "would ``expandable_segments:True`` (or ``max_split_size_mb``, or a GC
+threshold) have avoided this OOM?" has a definite answer once the program's
+sequence of requests and frees is known — it is in ``device_traces``.  The
+allocator's decisions are deterministic given that sequence, the settings, a
+memory-fraction cap and the physical memory left on the card, so replaying the
+sequence under other settings is a counterfactual the report can state as a
+fact rather than a rule of thumb.
+
+The model follows reference/allocator.md §1–5 and the §8 sketch rule for rule:
+``round_size`` (with ``roundup_power2_divisions``), small/large pools, best
+fit ordered by (stream, size, address) examining only the first candidate,
+``should_split``, ``max_split_size`` / ``max_non_split_rounding``, the malloc
+fallback chain (GC → new segment → ``release_available_cached_blocks`` →
+``release_cached_blocks`` → OOM), expandable segments with 2 MiB / 20 MiB
+pages, and the cap test on ``alloc_size``.  Replaying the recorded settings
+must reproduce the trace's own ``segment_*`` entries; ``matches_trace`` says
+whether it did.
+
+Not modelled (allocator.md §8.3): real cudaMalloc addresses (a bump pointer
+keeps "later segments get higher addresses"), free-memory callbacks (IPC),
+private pools beyond "fixed reserved bytes", and stream-event timing beyond
+the trace's own ``free_completed`` order.
+
+Stdlib only: free pools are sorted lists of ``(stream, size, ptr, block)``
+tuples searched with ``bisect`` — ptr is unique, so comparisons never reach
+the block object.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..model import Segment, Snapshot
+from ..units import fmt_bytes
+from .allocator_rules import KMIN_BLOCK, KSMALL_BUFFER, KSMALL_SIZE, AllocatorSettings, ceil_to
+from .snapshot_metrics import (
+    ALLOCATED,
+    INACTIVE,
+    PENDING,
+    device_segments,
+    device_trace,
+    oom_device,
+    oom_index,
+    oom_metrics,
+    settings_of,
+    state_after,
+    trace_start,
+)
+
+__all__ = ["AllocatorSettings", "Counterfactual", "ReplayResult", "SimSegmentEvent", "counterfactuals",
+           "default_device_bytes", "replay"]
+
+INF = float("inf")
+_ADDR_ALIGN = 2 << 20
+_DEFAULT_TOTAL = 1 << 48
+
+
+# ------------------------------------------------------------------ results
+
+
+@dataclass(frozen=True, slots=True)
+class SimSegmentEvent:
+    """A segment-level decision of the simulated allocator (compare with the trace's)."""
+
+    action: str                    # segment_alloc | segment_free | segment_map | segment_unmap
+    addr: int                      # simulated address
+    size: int
+    offset: int | None             # from the expandable segment's base; None for cudaMalloc segments
+    index: int                     # trace index being replayed when it happened
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    oom: bool                      # the replay hit an OOM (at an alloc or at the recorded oom entry)
+    oom_index: int | None          # trace index of the first OOM in the replay
+    oom_request: int | None        # rounded bytes of the request that failed
+    oom_alloc_size: int | None     # the segment it needed ("Tried to allocate")
+    peak_reserved: int
+    peak_allocated: int
+    segments_allocated: int        # device allocations: cudaMalloc segments + expandable page maps
+    reserved_at_oom: int | None
+    allocated_at_oom: int | None
+    reserved_end: int
+    allocated_end: int
+    retries: int                   # num_alloc_retries (release_cached_blocks + retry)
+    events_replayed: int
+    stopped_at: int | None         # index where the replay stopped because the future diverged
+    fits_at_recorded_oom: bool | None   # the recorded oom request fitted in this replay
+    segment_events: tuple[SimSegmentEvent, ...]
+    matches_trace: bool | None     # same segment actions and sizes as the trace (meaningful for the recorded settings)
+    mismatch: str
+    seeded: int                    # allocations live before the trace started (truncated ring buffer)
+    settings: AllocatorSettings
+    cap: int | None
+    device_bytes: int | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def reserved_unallocated_at_oom(self) -> int | None:
+        if self.reserved_at_oom is None or self.allocated_at_oom is None:
+            return None
+        return self.reserved_at_oom - self.allocated_at_oom
+
+
+@dataclass(frozen=True, slots=True)
+class Counterfactual:
+    setting: str                   # PYTORCH_CUDA_ALLOC_CONF value ("" = defaults; see ``label``)
+    oom: bool
+    peak_reserved_bytes: int
+    note: str
+    baseline: bool = False         # the recorded settings (validates the model)
+    oom_index: int | None = None
+    peak_allocated_bytes: int = 0
+    cap_bytes: int | None = None
+    matches_trace: bool | None = None
+
+    @property
+    def label(self) -> str:
+        return self.setting or "(defaults)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"setting": self.setting, "oom": self.oom, "peak_reserved_bytes": self.peak_reserved_bytes,
+                "note": self.note, "baseline": self.baseline, "oom_index": self.oom_index,
+                "peak_allocated_bytes": self.peak_allocated_bytes, "cap_bytes": self.cap_bytes,
+                "matches_trace": self.matches_trace}
+
+
+# ---------------------------------------------------------------- the model
+
+
+class _ExpSeg:
+    __slots__ = ("base", "size", "page", "stream", "small")
+
+    def __init__(self, base: int, size: int, page: int, stream: int, small: bool) -> None:
+        self.base, self.size, self.page, self.stream, self.small = base, size, page, stream, small
+
+
+class _Blk:
+    __slots__ = ("ptr", "size", "stream", "small", "allocated", "pending", "prev", "next", "mapped", "seg",
+                 "req", "gc_base")
+
+    def __init__(self, ptr: int, size: int, stream: int, small: bool, seg: _ExpSeg | None = None,
+                 mapped: bool = True) -> None:
+        self.ptr = ptr
+        self.size = size
+        self.stream = stream
+        self.small = small
+        self.allocated = False
+        self.pending = False
+        self.prev: _Blk | None = None
+        self.next: _Blk | None = None
+        self.mapped = mapped
+        self.seg = seg
+        self.req = 0
+        self.gc_base = 0
+
+
+class _Alloc:
+    """One device's DeviceCachingAllocator, default pool."""
+
+    def __init__(self, settings: AllocatorSettings, cap: int | None, avail: float, total: int,
+                 next_addr: int) -> None:
+        self.s = settings
+        self.max_split = settings.max_split
+        self.nsr = settings.max_non_split_rounding
+        self.expandable = settings.expandable_segments
+        self.cap = cap
+        self.avail = avail
+        self.total = total
+        self.gc_on = cap is not None and settings.garbage_collection_threshold > 0.0
+        self.free: dict[bool, list[tuple]] = {True: [], False: []}      # (stream, size, ptr, blk)
+        self.unmapped: dict[bool, list[tuple]] = {True: [], False: []}  # (stream, ptr, blk)
+        self.gc_clock = {True: 0, False: 0}
+        self.reserved = 0
+        self.peak_reserved = 0
+        self.allocated = 0
+        self.peak_allocated = 0
+        self.retries = 0
+        self.device_allocs = 0
+        self.next_addr = next_addr
+        self.events: list[SimSegmentEvent] = []
+        self.index = -1
+        self.pending: dict[int, _Blk] = {}          # id(blk) → blk: free requested, not completed
+
+    # ---- pools
+    def _insert_free(self, b: _Blk) -> None:
+        b.gc_base = self.gc_clock[b.small]
+        bisect.insort(self.free[b.small], (b.stream, b.size, b.ptr, b))
+
+    def _remove_free(self, b: _Blk) -> None:
+        lst = self.free[b.small]
+        i = bisect.bisect_left(lst, (b.stream, b.size, b.ptr))
+        del lst[i]
+
+    def _insert_unmapped(self, b: _Blk) -> None:
+        bisect.insort(self.unmapped[b.small], (b.stream, b.ptr, b))
+
+    def _remove_unmapped(self, b: _Blk) -> None:
+        lst = self.unmapped[b.small]
+        i = bisect.bisect_left(lst, (b.stream, b.ptr))
+        del lst[i]
+
+    def _new_address(self, size: int) -> int:
+        a = self.next_addr
+        self.next_addr = ceil_to(a + size, _ADDR_ALIGN)
+        return a
+
+    def _emit(self, action: str, addr: int, size: int, seg: _ExpSeg | None) -> None:
+        self.events.append(SimSegmentEvent(action, addr, size, None if seg is None else addr - seg.base,
+                                           self.index))
+
+    def _grow(self, n: int) -> None:
+        self.reserved += n
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
+
+    # ---- malloc
+    def malloc(self, req: int, stream: int) -> _Blk | None:
+        s = self.s
+        n = s.round(req)
+        small = n <= KSMALL_SIZE
+        asz = s.alloc_size(n)
+        b = self._get_free_block(n, stream, small)
+        if b is None:
+            if self.gc_on:
+                self._garbage_collect()
+            b = self._alloc_block(n, asz, stream, small, False)
+            if b is None and self._release_available(n, stream, small):
+                b = self._alloc_block(n, asz, stream, small, False)
+            if b is None:
+                self._release_cached()
+                b = self._alloc_block(n, asz, stream, small, True)
+            if b is None:
+                return None
+        rem = b.size - n
+        if small or self.expandable:
+            split = rem >= KMIN_BLOCK
+        else:
+            split = n < self.max_split and rem > KSMALL_SIZE
+        if split:
+            r = _Blk(b.ptr + n, rem, stream, small, b.seg)
+            r.prev, r.next = b, b.next
+            if b.next is not None:
+                b.next.prev = r
+            b.next = r
+            b.size = n
+            self._insert_free(r)
+        b.allocated = True
+        b.req = req
+        self.allocated += b.size
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+        return b
+
+    def _get_free_block(self, n: int, stream: int, small: bool) -> _Blk | None:
+        if self.gc_on:
+            self.gc_clock[small] += 1
+        pool = self.free[small]
+        i = bisect.bisect_left(pool, (stream, n, 0))
+        if i == len(pool) or pool[i][0] != stream:
+            return None
+        b = pool[i][3]
+        if b.seg is not None and self.expandable:
+            # best fit avoids the growable tail: prefer any fitting hole whose "expandable size" is smaller
+            last = len(pool) - 1
+            while b.seg is not None and i < last and pool[i + 1][0] == stream \
+                    and _exp_size(pool[i + 1][3]) < _exp_size(b):
+                i += 1
+                b = pool[i][3]
+        if n < self.max_split and b.size >= self.max_split:
+            return None
+        if n >= self.max_split and b.size >= n + self.nsr:
+            return None
+        del pool[i]
+        return b
+
+    def _alloc_block(self, n: int, asz: int, stream: int, small: bool, retry: bool) -> _Blk | None:
+        if retry:
+            self.retries += 1
+        if self.cap is not None and self.reserved + asz > self.cap:
+            return None
+        if self.expandable:
+            return self._alloc_expandable(n, stream, small)
+        if self.reserved + asz > self.avail:
+            return None
+        b = _Blk(self._new_address(asz), asz, stream, small)
+        self._grow(asz)
+        self.device_allocs += 1
+        self._emit("segment_alloc", b.ptr, asz, None)
+        return b
+
+    # ---- expandable segments
+    def _alloc_expandable(self, n: int, stream: int, small: bool) -> _Blk | None:
+        c = self._find_expandable_block(n, stream, small)
+        if not c.mapped:
+            c = self._map_block(c, min(c.size, n))
+            if c is None:
+                return None
+        while c.size < n:
+            nxt = c.next
+            if nxt is None or nxt.mapped:
+                return None
+            c2 = self._map_block(nxt, min(n - c.size, nxt.size))
+            if c2 is None:
+                return None
+            c = c2
+        self._remove_free(c)
+        return c
+
+    def _find_expandable_block(self, n: int, stream: int, small: bool) -> _Blk:
+        lst = self.unmapped[small]
+        i = bisect.bisect_left(lst, (stream, 0))
+        while i < len(lst) and lst[i][0] == stream:
+            c = lst[i][2]
+            p = c.prev
+            if p is not None and not p.allocated and not p.pending:
+                c = p
+            total = 0
+            x: _Blk | None = c
+            while total < n and x is not None and not x.allocated and not x.pending:
+                total += x.size
+                x = x.next
+            if total >= n:
+                return c
+            i += 1
+        page = KSMALL_BUFFER if small else self.s.large_segment_size
+        vs = ceil_to(self.total + self.total // 8, page)
+        seg = _ExpSeg(self._new_address(vs), vs, page, stream, small)
+        u = _Blk(seg.base, vs, stream, small, seg, mapped=False)
+        self._insert_unmapped(u)
+        return u
+
+    def _map_block(self, u: _Blk, nbytes: int) -> _Blk | None:
+        seg = u.seg
+        assert seg is not None
+        start = u.ptr - seg.base
+        m = ceil_to(start + nbytes, seg.page) - start
+        if m <= 0 or self.reserved + m > self.avail:
+            return None
+        self._remove_unmapped(u)
+        u.mapped = True
+        if m < u.size:
+            r = _Blk(u.ptr + m, u.size - m, u.stream, u.small, seg, mapped=False)
+            r.prev, r.next = u, u.next
+            if u.next is not None:
+                u.next.prev = r
+            u.next = r
+            u.size = m
+            self._insert_unmapped(r)
+        mapped_at = u.ptr
+        self._merge(u, u.prev)
+        self._merge(u, u.next)
+        self._insert_free(u)
+        self._grow(m)
+        self.device_allocs += 1
+        self._emit("segment_map", mapped_at, m, seg)
+        return u
+
+    def _unmap_block(self, b: _Blk) -> None:
+        seg = b.seg
+        assert seg is not None
+        P = seg.page
+        lo = seg.base + ceil_to(b.ptr - seg.base, P)
+        hi = seg.base + (b.ptr + b.size - seg.base) // P * P
+        if hi <= lo:
+            return
+        self._remove_free(b)
+        if lo > b.ptr:
+            bf = _Blk(b.ptr, lo - b.ptr, b.stream, b.small, seg)
+            bf.prev, bf.next = b.prev, b
+            if b.prev is not None:
+                b.prev.next = bf
+            b.prev = bf
+            self._insert_free(bf)
+        end = b.ptr + b.size
+        if end > hi:
+            af = _Blk(hi, end - hi, b.stream, b.small, seg)
+            af.prev, af.next = b, b.next
+            if b.next is not None:
+                b.next.prev = af
+            b.next = af
+            self._insert_free(af)
+        b.ptr, b.size, b.mapped = lo, hi - lo, False
+        self._merge(b, b.prev)
+        self._merge(b, b.next)
+        self.reserved -= hi - lo
+        self._emit("segment_unmap", lo, hi - lo, seg)
+        if b.prev is None and b.next is None:
+            return                      # release_expandable_segment: the whole range is gone
+        self._insert_unmapped(b)
+
+    # ---- free
+    def _merge(self, dst: _Blk, src: _Blk | None) -> None:
+        """try_merge_blocks: dst (not in any pool) absorbs a free neighbour."""
+        if src is None or src.allocated or src.pending or dst.mapped != src.mapped:
+            return
+        if src.mapped:
+            self._remove_free(src)
+        else:
+            self._remove_unmapped(src)
+        if dst.prev is src:
+            dst.ptr = src.ptr
+            dst.prev = src.prev
+            if dst.prev is not None:
+                dst.prev.next = dst
+        else:
+            dst.next = src.next
+            if dst.next is not None:
+                dst.next.prev = dst
+        dst.size += src.size
+
+    def request_free(self, b: _Blk) -> None:
+        """free(): allocated_bytes drops now; the block is reusable at free_completed."""
+        b.allocated = False
+        self.allocated -= b.size
+        b.pending = True
+        self.pending[id(b)] = b
+
+    def complete_free(self, b: _Blk) -> None:
+        if b.allocated:
+            self.request_free(b)
+        if self.pending.pop(id(b), None) is None:
+            return                      # already completed by release_cached_blocks
+        b.pending = False
+        self._merge(b, b.prev)
+        self._merge(b, b.next)
+        self._insert_free(b)
+
+    # ---- releasing memory
+    def _release_block(self, b: _Blk) -> bool:
+        if b.seg is not None or b.prev is not None or b.next is not None:
+            return False                # only whole cudaMalloc segments go back to CUDA
+        self._remove_free(b)
+        self.reserved -= b.size
+        self._emit("segment_free", b.ptr, b.size, None)
+        return True
+
+    def _release_cached(self) -> None:
+        for b in list(self.pending.values()):   # synchronize_and_free_events
+            self.complete_free(b)
+        for small in (False, True):
+            to_unmap: list[_Blk] = []
+            for entry in list(self.free[small]):
+                b = entry[3]
+                if b.seg is not None:
+                    to_unmap.append(b)
+                elif b.prev is None and b.next is None:
+                    self._release_block(b)
+            for b in to_unmap:
+                self._unmap_block(b)
+
+    def _release_available(self, n: int, stream: int, small: bool) -> bool:
+        ms = self.s.max_split_size
+        if ms is None:
+            return False
+        pool = self.free[small]
+        key = max(n, ms)
+        i = bisect.bisect_left(pool, (stream, key, 0))
+        if i == len(pool) or pool[i][0] != stream or pool[i][3].seg is not None:
+            if i == 0:
+                return False
+            released = 0
+            i -= 1
+            while released < key and i >= 0 and pool[i][1] >= ms and pool[i][0] == stream:
+                b = pool[i][3]
+                i -= 1
+                if b.seg is None and self._release_block(b):
+                    released += b.size
+            return released >= key
+        return self._release_block(pool[i][3])
+
+    def _garbage_collect(self) -> None:
+        assert self.cap is not None
+        threshold = int(self.s.garbage_collection_threshold * self.cap)
+        if self.reserved <= threshold:
+            return
+        target = self.reserved - threshold
+        clock = self.gc_clock[False]
+        pool = self.free[False]
+        freeable = [e[3] for e in pool if e[3].prev is None and e[3].next is None]
+        if not freeable:
+            return
+        total_age = sum(clock - b.gc_base for b in freeable)
+        count = len(freeable)
+        reclaimed = 0
+        freed = True
+        while reclaimed < target and freed and count > 0:
+            threshold_age = total_age / count
+            freed = False
+            for e in list(pool):
+                b = e[3]
+                if b.prev is None and b.next is None and b.seg is None and clock - b.gc_base >= threshold_age:
+                    freed = True
+                    reclaimed += b.size
+                    total_age -= clock - b.gc_base
+                    count -= 1
+                    self._release_block(b)
+
+    # ---- seeding (trace starts mid-run)
+    def seed_layout(self, segments: list[Segment], live: dict[int, _Blk]) -> int:
+        """Rebuild the recorded layout at the trace start (same settings)."""
+        seeded = 0
+        groups: dict[tuple[int, bool], list[Segment]] = {}
+        for s in segments:
+            if s.is_expandable:
+                groups.setdefault((s.stream, s.segment_type == "small"), []).append(s)
+                continue
+            small = s.segment_type == "small"
+            chain = [self._seed_block(b.address, b.size, b.requested_size, b.state, s.stream, small, None)
+                     for b in s.blocks]
+            _link(chain)
+            self._grow(s.total_size)
+            seeded += self._register(chain, live)
+        for (stream, small), segs in groups.items():
+            segs.sort(key=lambda s: s.address)
+            page = KSMALL_BUFFER if small else self.s.large_segment_size
+            base = segs[0].address
+            end = segs[-1].address + segs[-1].total_size
+            vs = max(ceil_to(self.total + self.total // 8, page), ceil_to(end - base, page))
+            seg = _ExpSeg(base, vs, page, stream, small)
+            chain: list[_Blk] = []
+            cursor = base
+            for s in segs:
+                if s.address > cursor:
+                    chain.append(_Blk(cursor, s.address - cursor, stream, small, seg, mapped=False))
+                for b in s.blocks:
+                    chain.append(self._seed_block(b.address, b.size, b.requested_size, b.state, stream, small, seg))
+                cursor = s.address + s.total_size
+                self._grow(s.total_size)
+            if base + vs > cursor:
+                chain.append(_Blk(cursor, base + vs - cursor, stream, small, seg, mapped=False))
+            _link(chain)
+            seeded += self._register(chain, live)
+        return seeded
+
+    def _seed_block(self, addr: int, size: int, req: int, state: str, stream: int, small: bool,
+                    seg: _ExpSeg | None) -> _Blk:
+        b = _Blk(addr, size, stream, small, seg)
+        b.req = req
+        if state == ALLOCATED:
+            b.allocated = True
+        elif state == PENDING:
+            b.pending = True
+        return b
+
+    def _register(self, chain: list[_Blk], live: dict[int, _Blk]) -> int:
+        n = 0
+        for b in chain:
+            if not b.mapped:
+                self._insert_unmapped(b)
+            elif b.allocated:
+                self.allocated += b.size
+                live[b.ptr] = b
+                n += 1
+            elif b.pending:
+                self.pending[id(b)] = b
+                live[b.ptr] = b
+                n += 1
+            else:
+                self._insert_free(b)
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        return n
+
+
+def _link(chain: list[_Blk]) -> None:
+    for a, b in zip(chain, chain[1:]):
+        a.next, b.prev = b, a
+
+
+def _exp_size(b: _Blk) -> int:
+    nx = b.next
+    return b.size + (nx.size if nx is not None and not nx.mapped else 0)
+
+
+# ------------------------------------------------------------------ driver
+
+
+def default_device_bytes(snap: Snapshot, device: int | None = None) -> int | None:
+    """Physical bytes PyTorch could hold on the card: reserved at the OOM plus the
+    oom entry's ``device_free`` (read after the flush; allocator.md §8.1), else the
+    capture hook's ``device_total``, else None (unbounded)."""
+    dev = oom_device(snap) if device is None else device
+    trace = device_trace(snap, dev)
+    oi = oom_index(trace)
+    if oi is not None and trace[oi].device_free is not None:
+        m = oom_metrics(snap, device=dev)
+        return m.reserved + int(trace[oi].device_free)
+    total = snap.meta.get("device_total")
+    return int(total) if isinstance(total, int) and total > 0 else None
+
+
+def _device_total(snap: Snapshot, device_bytes: float) -> int:
+    total = snap.meta.get("device_total")
+    if isinstance(total, int) and total > 0:
+        return total
+    return int(device_bytes) if device_bytes != INF else _DEFAULT_TOTAL
+
+
+def _private_ranges(segs: list[Segment]) -> list[tuple[int, int]]:
+    return sorted((s.address, s.address + s.total_size) for s in segs if s.pool_id != (0, 0))
+
+
+def _in_ranges(ranges: list[tuple[int, int]], addr: int) -> bool:
+    i = bisect.bisect_right(ranges, (addr, INF)) - 1
+    return i >= 0 and ranges[i][0] <= addr < ranges[i][1]
+
+
+def replay(snap: Snapshot, settings: AllocatorSettings | str | Mapping[str, Any] | None = None,
+           cap: int | None = None, device_bytes: int | float | None = None, device: int = 0) -> ReplayResult:
+    """Replay ``device``'s trace under ``settings`` (None: the recorded ones).
+
+    ``cap`` is the memory-fraction cap in bytes (None: no cap — this function
+    does not guess one; ``counterfactuals`` does).  ``device_bytes`` is the
+    physical memory PyTorch could obtain; None infers it from the snapshot
+    (``default_device_bytes``), ``float('inf')`` means unbounded."""
+    recorded = settings_of(snap)
+    st = recorded if settings is None else AllocatorSettings.coerce(settings)
+    trace = device_trace(snap, device)
+    segs_final = device_segments(snap, device)
+    if device_bytes is None:
+        db = default_device_bytes(snap, device)
+        avail: float = INF if db is None else db
+    else:
+        avail = device_bytes
+    notes: list[str] = []
+    max_addr = max([s.address + s.total_size for s in segs_final] + [e.addr + e.size for e in trace] + [0])
+    sim = _Alloc(st, cap, avail, _device_total(snap, avail), ceil_to(max_addr + (1 << 40), _ADDR_ALIGN))
+
+    private = _private_ranges(segs_final)
+    if private:
+        fixed = sum(hi - lo for lo, hi in private)
+        sim._grow(fixed)
+        notes.append(f"{fmt_bytes(fixed)} in private pools (CUDA graphs / MemPool) held as fixed reserved memory")
+
+    live: dict[int, _Blk] = {}
+    seeded = 0
+    ts = trace_start(snap, device, recorded)
+    if ts.truncated or ts.reserved_at_start > 0:
+        start, bad = state_after(snap, device, -1, recorded)
+        start_default = [s for s in start if s.pool_id == (0, 0)]
+        if st.expandable_segments == recorded.expandable_segments:
+            seeded = sim.seed_layout(start_default, live)
+            notes.append(f"trace starts mid-run: the recorded layout before its first entry was rebuilt "
+                         f"({seeded} live blocks, {fmt_bytes(sim.reserved)} reserved)")
+        else:
+            seeded = _seed_fresh(sim, start_default, live)
+            notes.append(f"trace starts mid-run: the {seeded} blocks live before its first entry were allocated "
+                         "afresh under these settings (their original layout is not comparable)")
+        if bad:
+            notes.append(f"{bad} trace entries did not fit the final segments while rebuilding the start state")
+
+    has_completed = any(e.action == "free_completed" for e in trace)
+    trace_events: list[tuple[str, int]] = []
+    first_oom: int | None = None
+    oom_req = oom_asz = None
+    res_oom = alloc_oom = None
+    stopped: int | None = None
+    fits_recorded: bool | None = None
+    orphans = 0
+    replayed = 0
+    for i, e in enumerate(trace):
+        a = e.action
+        sim.index = i
+        if a in ("segment_alloc", "segment_free", "segment_map", "segment_unmap"):
+            if not (private and _in_ranges(private, e.addr)):
+                trace_events.append((a, e.size))
+            continue
+        if a not in ("alloc", "free_requested", "free_completed", "oom"):
+            continue
+        if e.pool_id not in (None, (0, 0)) or (private and a != "oom" and _in_ranges(private, e.addr)):
+            continue
+        replayed += 1
+        if a == "alloc":
+            prev = live.pop(e.addr, None)
+            if prev is not None:            # its free was not recorded (skip_actions): free it now
+                sim.complete_free(prev)
+            b = sim.malloc(e.size, e.stream)
+            if b is None:
+                first_oom, stopped = i, i
+                oom_req, oom_asz = st.round(e.size), st.alloc_size(st.round(e.size))
+                res_oom, alloc_oom = sim.reserved, sim.allocated
+                break
+            live[e.addr] = b
+        elif a == "free_requested":
+            b = live.get(e.addr)
+            if b is None:
+                orphans += 1
+                continue
+            if b.allocated:
+                sim.request_free(b)
+            if not has_completed:
+                live.pop(e.addr, None)
+                sim.complete_free(b)
+        elif a == "free_completed":
+            b = live.pop(e.addr, None)
+            if b is None:
+                orphans += 1
+                continue
+            sim.complete_free(b)
+        else:  # oom: the recorded failed request (size is already rounded)
+            b = sim.malloc(e.size, e.stream)
+            if b is None:
+                if first_oom is None:
+                    first_oom = i
+                    oom_req, oom_asz = st.round(e.size), st.alloc_size(st.round(e.size))
+                    res_oom, alloc_oom = sim.reserved, sim.allocated
+                fits_recorded = False
+                continue                    # the program survived it (caught, or unwound): keep replaying
+            fits_recorded = True
+            stopped = i
+            notes.append(f"the request that failed at entry {i} fits here; what follows in the trace is the "
+                         "original program's reaction to the OOM, so the replay stops")
+            break
+    if orphans:
+        notes.append(f"{orphans} frees referred to allocations unknown to the replay and were ignored")
+
+    # trace_events holds the trace's segment entries up to where the replay stopped
+    matches, mismatch = _compare(trace_events, [(ev.action, ev.size) for ev in sim.events])
+    if matches and fits_recorded and st == recorded:
+        matches, mismatch = False, "the recorded OOM does not happen in the replay"
+    if matches and first_oom is not None and trace[first_oom].action == "alloc" and st == recorded:
+        matches, mismatch = False, f"the replay runs out of memory at entry {first_oom}, which the program survived"
+    return ReplayResult(
+        oom=first_oom is not None, oom_index=first_oom, oom_request=oom_req, oom_alloc_size=oom_asz,
+        peak_reserved=sim.peak_reserved, peak_allocated=sim.peak_allocated, segments_allocated=sim.device_allocs,
+        reserved_at_oom=res_oom, allocated_at_oom=alloc_oom, reserved_end=sim.reserved,
+        allocated_end=sim.allocated, retries=sim.retries, events_replayed=replayed, stopped_at=stopped,
+        fits_at_recorded_oom=fits_recorded, segment_events=tuple(sim.events), matches_trace=matches,
+        mismatch=mismatch, seeded=seeded, settings=st, cap=cap,
+        device_bytes=None if avail == INF else int(avail), notes=tuple(notes))
+
+
+def _seed_fresh(sim: _Alloc, segments: list[Segment], live: dict[int, _Blk]) -> int:
+    n = 0
+    blocks = sorted(((b, s.stream) for s in segments for b in s.blocks if b.state != INACTIVE),
+                    key=lambda x: x[0].address)
+    for b, stream in blocks:
+        nb = sim.malloc(b.requested_size or b.size, stream)
+        if nb is None:
+            continue
+        if b.state == PENDING:
+            sim.request_free(nb)
+        live[b.address] = nb
+        n += 1
+    return n
+
+
+def _compare(expected: list[tuple[str, int]], got: list[tuple[str, int]]) -> tuple[bool, str]:
+    if expected == got:
+        return True, ""
+    for k, (x, y) in enumerate(zip(expected, got)):
+        if x != y:
+            return False, (f"segment event {k}: trace has {x[0]} {fmt_bytes(x[1])}, "
+                           f"replay did {y[0]} {fmt_bytes(y[1])}")
+    if len(expected) > len(got):
+        x = expected[len(got)]
+        return False, f"the trace has {len(expected)} segment events, the replay {len(got)} (next: {x[0]} {fmt_bytes(x[1])})"
+    y = got[len(expected)]
+    return False, f"the replay did {len(got)} segment events, the trace has {len(expected)} (extra: {y[0]} {fmt_bytes(y[1])})"
+
+
+# ----------------------------------------------------------- counterfactuals
+
+MAX_SPLIT_CANDIDATES_MB = (128, 200, 512)
+GC_CANDIDATE = "garbage_collection_threshold:0.6,max_split_size_mb:128"
+
+
+def _candidates(rec: AllocatorSettings, has_cap: bool) -> list[tuple[str, AllocatorSettings]]:
+    """Recorded settings first, then the fragmentation remedies on a neutral base
+    (the recorded rounding kept; the fragmentation options cleared)."""
+    base = replace(rec, expandable_segments=False, max_split_size=None, garbage_collection_threshold=0.0)
+    out: list[tuple[str, AllocatorSettings]] = [(rec.to_conf(), rec)]
+    extra: list[str] = []
+    if base != rec:
+        extra.append("")
+    extra.append("expandable_segments:True")
+    extra += [f"max_split_size_mb:{mb}" for mb in MAX_SPLIT_CANDIDATES_MB]
+    if has_cap:
+        extra.append(GC_CANDIDATE)
+    seen = {rec}
+    for conf in extra:
+        st = base.with_conf(conf) if conf else base
+        if st in seen:
+            continue
+        seen.add(st)
+        out.append((st.to_conf(), st))
+    return out
+
+
+def _min_fitting_cap(snap: Snapshot, st: AllocatorSettings, lo: int, hi: int, db: int | float | None,
+                     dev: int, steps: int = 6) -> int:
+    """Smallest cap in (lo, hi] under which the replay fits, to 1/64 of the bracket
+    (assumes more headroom never hurts, which holds for these fixtures but is
+    not guaranteed once GC is involved)."""
+    for _ in range(steps):
+        mid = (lo + hi) // 2
+        if replay(snap, st, cap=mid, device_bytes=INF if db is None else db, device=dev).oom:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def counterfactuals(snap: Snapshot, cap: int | None = None, device_bytes: int | float | None = None,
+                    device: int | None = None) -> list[Counterfactual]:
+    """Replay the trace under the recorded settings (validation) and under the
+    usual fragmentation remedies.
+
+    The cap is ``cap`` if given, else the capture hook's recorded limit, else —
+    when the card had far more free memory than the failed request — the
+    bracket inferred from the trace (``CapBounds``): each setting is then
+    replayed at both ends and called a fit only if it fits at both."""
+    dev = oom_device(snap) if device is None else device
+    rec = settings_of(snap)
+    metrics = oom_metrics(snap, device=dev)
+    caps: list[int | None]
+    cap_note = ""
+    if cap is not None:
+        caps = [cap]
+    elif metrics.cap_bounds is not None and metrics.cap_bounds.exact is not None:
+        caps = [metrics.cap_bounds.exact]
+    elif metrics.cap_bounds is not None and metrics.cap_bounds.high is not None:
+        lo, hi = metrics.cap_bounds.low, metrics.cap_bounds.high - 1
+        caps = [lo, hi] if hi > lo else [lo]
+        cap_note = f"cap unknown, inferred in [{fmt_bytes(lo)}, {fmt_bytes(hi + 1)})"
+    else:
+        caps = [None]
+    db = default_device_bytes(snap, dev) if device_bytes is None else device_bytes
+    out: list[Counterfactual] = []
+    for conf, st in _candidates(rec, caps[0] is not None):
+        runs = [replay(snap, st, cap=c, device_bytes=INF if db is None else db, device=dev) for c in caps]
+        r0 = runs[0]
+        ooms = [r.oom for r in runs]
+        oom = any(ooms)
+        baseline = st == rec
+        parts: list[str] = []
+        if baseline:
+            parts.append("as recorded: " + ("the replay reproduces the trace's segment events"
+                                            + (" and the OOM" if r0.oom else "")
+                                            if r0.matches_trace else f"replay differs from the trace ({r0.mismatch})"))
+        if oom:
+            r = next(r for r in runs if r.oom)
+            if r.oom_request is not None:
+                parts.append(f"OOM at trace entry {r.oom_index} ({fmt_bytes(r.oom_request)} request, "
+                             f"{fmt_bytes(r.reserved_at_oom)} reserved, {fmt_bytes(r.allocated_at_oom)} allocated)")
+            if len(runs) > 1 and not all(ooms):
+                need = _min_fitting_cap(snap, st, caps[0], caps[-1], db, dev)
+                parts.append(f"fits only if the cap was at least ~{fmt_bytes(need)}")
+        else:
+            parts.append(f"fits: peak reserved {fmt_bytes(r0.peak_reserved)}")
+        if cap_note:
+            parts.append(cap_note)
+        peak = max(r.peak_reserved for r in runs)
+        out.append(Counterfactual(setting=conf, oom=oom, peak_reserved_bytes=peak, note="; ".join(parts),
+                                  baseline=baseline, oom_index=r0.oom_index if r0.oom else None,
+                                  peak_allocated_bytes=max(r.peak_allocated for r in runs), cap_bytes=caps[0],
+                                  matches_trace=r0.matches_trace if baseline else None))
+    return out
+

@@ -1,0 +1,366 @@
+"""LauncherParser on real torchrun / DeepSpeed / mp.spawn / Slurm / kernel output.
+
+Excerpts are verbatim from /work/shared/reference/nccl.md (§4: measured torchrun runs on torch 2.11,
+public logs), deepspeed.md (§1.6 launcher lines, §4 issues) and pytorch.md (§3.6 host OOM texts);
+each test names its source.  Where the reference elides a value ("…", "<node>", "NNN") a concrete
+one is filled in and the comment says so.
+"""
+
+from __future__ import annotations
+
+from oompost.model import FailureKind as K
+from oompost.parsers import parse_text
+
+
+def kinds(ev, kind):
+    return [f for f in ev.failures if f.kind is kind]
+
+
+def facts(ev, name):
+    return [f.value for f in ev.facts if f.name == name]
+
+
+# nccl.md §4.1 + §4.2, measured: rank 1 SIGKILLed itself (torch 2.11, torchrun --nproc_per_node 2)
+SIGKILL_RUN = """\
+W1202 15:12:59.833000 1301 torch/distributed/elastic/multiprocessing/api.py:1012] Sending process 1322 closing signal SIGTERM
+E1202 15:13:00.030000 1301 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: -9) local_rank: 1 (pid: 1323) of binary: <venv>/bin/python
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+======================================================
+probe.py FAILED
+------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-02_15:13:00
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 1322)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 1322
+------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-02_15:12:59
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 1323)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 1323
+======================================================
+"""
+
+
+def test_sigkill_run_one_exit_per_process():
+    ev = parse_text(SIGKILL_RUN)
+    assert len(ev.exits) == 2                # glog "failed" + ChildFailedError entry = one exit
+    by_pid = {e.pid: e for e in ev.exits}
+    k = by_pid[1323]
+    assert (k.exitcode, k.rank, k.local_rank, k.host) == (-9, 1, 1, "localhost")
+    assert k.reported_root_cause and not k.killed_by_launcher
+    assert k.time == "2026-12-02_15:12:59"
+    assert k.error_file is None and k.message == "Signal 9 (SIGKILL) received by PID 1323"
+    assert k.launcher == "torchrun"
+    t = by_pid[1322]
+    assert (t.exitcode, t.rank) == (-15, 0)
+    assert t.killed_by_launcher and not t.reported_root_cause     # "Sending process 1322 closing signal"
+    sk = kinds(ev, K.SIGKILL)
+    assert [(f.rank, f.pid) for f in sk] == [(1, 1323)]            # the survivor's SIGTERM is not a SIGKILL
+    assert facts(ev, "launcher") == ["torchrun"]
+
+
+def test_agent_lines_alone_without_summary():
+    ev = parse_text("\n".join(SIGKILL_RUN.splitlines()[:2]) + "\n")
+    by_pid = {e.pid: e for e in ev.exits}
+    assert by_pid[1323].exitcode == -9 and by_pid[1323].local_rank == 1 and by_pid[1323].rank is None
+    assert by_pid[1323].time == "1202 15:13:00.030000"
+    assert by_pid[1322].killed_by_launcher and by_pid[1322].exitcode == -15
+    # single node assumed (no host evidence): the SIGKILL failure is given the local rank
+    assert [(f.rank, f.pid) for f in kinds(ev, K.SIGKILL)] == [(1, 1323)]
+
+
+def test_old_stdlib_logger_form():
+    # nccl.md §4.1 "Older torch used the stdlib format"; the source elides pid and binary ("…"): 4242
+    # and /usr/bin/python filled in
+    text = """\
+WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 123 closing signal SIGTERM
+ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 4242) of binary: /usr/bin/python
+"""
+    ev = parse_text(text)
+    by_pid = {e.pid: e for e in ev.exits}
+    assert by_pid[4242].exitcode == -9 and by_pid[4242].local_rank == 0
+    assert by_pid[123].killed_by_launcher
+
+
+def test_survivor_forced_sigkill_is_not_a_culprit():
+    # torch elastic api.py _close(): "Unable to shutdown process %s via %s, forcefully exiting via %s"
+    # after the measured "Sending process 1322 closing signal SIGTERM" (nccl.md §4.1)
+    text = """\
+W1202 15:12:59.833000 1301 torch/distributed/elastic/multiprocessing/api.py:1012] Sending process 1322 closing signal SIGTERM
+W1202 15:13:29.840000 1301 torch/distributed/elastic/multiprocessing/api.py:1030] Unable to shutdown process 1322 via Signals.SIGTERM, forcefully exiting via Signals.SIGKILL
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+Failures:
+[1]:
+  time      : 2026-12-02_15:13:29
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -9 (pid: 1322)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 1322
+======================================================
+"""
+    ev = parse_text(text)
+    (e,) = ev.exits
+    assert e.exitcode == -9 and e.killed_by_launcher
+    assert not kinds(ev, K.SIGKILL)
+
+
+# nccl.md §4.2, measured GPU OOM run (rank 1 ran torch.empty(400 GiB)); block laid out by the
+# _FAILURE_FORMAT_TEMPLATE, the error-file traceback indented as torch does; "…" in the path and
+# after the OOM text are the reference's elisions
+GPU_OOM_CFE = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+======================================================
+probe.py FAILED
+------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-02_15:14:02
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 1411)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 1411
+------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-02_15:14:01
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 1412)
+  error_file: …/attempt_0/1/error.json
+  traceback : Traceback (most recent call last):
+    File "probe.py", line 88, in main
+      x = torch.empty(400 * 2**30, dtype=torch.uint8, device="cuda")
+  torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 138.77 GiB is free. Including non-PyTorch memory, this process has 518.00 MiB memory in use. …
+======================================================
+"""
+
+
+def test_childfailederror_error_file_entry():
+    ev = parse_text(GPU_OOM_CFE)
+    by_rank = {e.rank: e for e in ev.exits}
+    e = by_rank[1]
+    assert e.exitcode == 1 and e.reported_root_cause
+    assert e.error_file == "…/attempt_0/1/error.json"
+    assert e.message.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB")
+    assert e.traceback.splitlines()[0] == "Traceback (most recent call last):"
+    assert 'File "probe.py", line 88, in main' in e.traceback
+    assert by_rank[0].exitcode == -15 and not by_rank[0].reported_root_cause
+    assert not kinds(ev, K.SIGKILL)
+
+
+# deepspeed.md §1.6 / nccl.md §4.4: real DeepSpeed launcher lines (2024-06-14 log)
+DS_EXIT = """\
+[2024-06-14 01:51:54,018] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 438139
+[2024-06-14 01:51:54,038] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python3', '-u', 'fix.py', '--local_rank=3'] exits with return code = 1
+"""
+
+
+def test_deepspeed_local_rank_in_cmd_is_not_attributed():
+    ev = parse_text(DS_EXIT)
+    (e,) = ev.exits
+    assert e.launcher == "deepspeed" and e.exitcode == 1
+    assert e.rank is None and e.local_rank is None           # '--local_rank=3' is the LAST spawned rank
+    assert e.time == "2024-06-14 01:51:54,038"
+    assert facts(ev, "launcher.killed_pid") == [438139]
+    assert not ev.failures
+
+
+def test_deepspeed_minus9_and_launch_main_facts():
+    # deepspeed.md §1.6 (launch.py::main lines, in order; NNN = line numbers elided there, filled in)
+    # and §4.3 (DeepSpeed#4239: "exits with return code = -9" = host OOM from ZeRO-3 offload)
+    text = """\
+[2024-06-14 01:50:01,001] [INFO] [launch.py:146:main] WORLD INFO DICT: {'localhost': [0, 1, 2, 3]}
+[2024-06-14 01:50:01,001] [INFO] [launch.py:152:main] nnodes=1, num_local_procs=4, node_rank=0
+[2024-06-14 01:50:01,001] [INFO] [launch.py:163:main] global_rank_mapping=defaultdict(<class 'list'>, {'localhost': [0, 1, 2, 3]})
+[2024-06-14 01:50:01,001] [INFO] [launch.py:164:main] dist_world_size=4
+[2024-06-14 01:50:01,001] [INFO] [launch.py:166:main] Setting CUDA_VISIBLE_DEVICES=0,1,2,3
+[2024-06-14 01:50:01,002] [INFO] [launch.py:256:main] process 4459 spawned with command: ['/usr/bin/python', '-u', 'train.py', '--local_rank=0', ...]
+[2024-06-14 01:51:54,018] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 4459
+[2024-06-14 01:51:54,038] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=3', ...] exits with return code = -9
+"""
+    ev = parse_text(text)
+    assert facts(ev, "world_size") == [4]
+    assert facts(ev, "nnodes") == [1] and facts(ev, "num_local_procs") == [4] and facts(ev, "node_rank") == [0]
+    assert facts(ev, "launcher.world_info") == [{"localhost": [0, 1, 2, 3]}]
+    (e,) = ev.exits
+    assert e.exitcode == -9 and e.rank is None
+    (sk,) = kinds(ev, K.SIGKILL)
+    assert sk.rank is None
+
+
+def test_kernel_oom_kill_attributed_through_spawned_pid():
+    # deepspeed.md §1.6 spawn line + the kernel text of nccl.md §4.3 ("Out of memory: Killed process
+    # 12345 (python) total-vm:…kB, ..."), the pid set to the spawned one
+    text = """\
+[2024-06-14 01:50:01,001] [INFO] [launch.py:152:main] nnodes=1, num_local_procs=4, node_rank=0
+[2024-06-14 01:50:01,002] [INFO] [launch.py:256:main] process 4459 spawned with command: ['/usr/bin/python', '-u', 'train.py', '--local_rank=2', ...]
+Out of memory: Killed process 4459 (python) total-vm:…kB, anon-rss:…kB, file-rss:…kB, shmem-rss:…kB, UID:… pgtables:…kB oom_score_adj:0
+"""
+    ev = parse_text(text)
+    (f,) = kinds(ev, K.HOST_OOM_KILL)
+    assert f.pid == 4459 and f.rank == 2
+
+
+def test_kernel_oom_killer_generations():
+    # nccl.md §4.3: current kernel text, older "Kill process … score … or sacrifice child", cgroup form
+    # (pids elided there: 12345 / 2001 / 2002 filled in)
+    text = """\
+[1234567.890123] Out of memory: Killed process 12345 (python) total-vm:…kB, anon-rss:…kB, file-rss:…kB, shmem-rss:…kB, UID:… pgtables:…kB oom_score_adj:0
+Out of memory: Kill process 2001 (python) score 900 or sacrifice child
+Memory cgroup out of memory: Killed process 2002 (pt_main_thread) total-vm:…kB
+Out of memory: Killed process 12345 (python) total-vm:…kB, anon-rss:…kB, file-rss:…kB, shmem-rss:…kB, UID:… pgtables:…kB oom_score_adj:0
+"""
+    ev = parse_text(text)
+    fs = kinds(ev, K.HOST_OOM_KILL)
+    assert sorted(f.pid for f in fs) == [2001, 2002, 12345]
+    assert "cgroup" in next(f for f in fs if f.pid == 2002).message
+
+
+def test_kernel_pid_matches_torchrun_entry():
+    ev = parse_text(SIGKILL_RUN + "Out of memory: Killed process 1323 (python) total-vm:…kB, anon-rss:…kB\n")
+    (f,) = kinds(ev, K.HOST_OOM_KILL)
+    assert f.rank == 1
+
+
+def test_slurm_oom_kill_event():
+    # pytorch.md §3.6, verbatim from the jdh4/out_of_memory README (<id> is the reference's)
+    text = ("slurmstepd: error: Detected 1 oom-kill event(s) in step <id> cgroup. Some of your processes may "
+            "have been killed by the cgroup out-of-memory handler.\n")
+    ev = parse_text(text)
+    (f,) = kinds(ev, K.HOST_OOM_KILL)
+    assert "1 oom-kill" in f.message
+
+
+def test_srun_task_exits_are_ranks_only_without_torchrun():
+    # nccl.md §4.3 "srun: error: <node>: task N: Exited with exit code 1" (node and N filled in); a
+    # task range, and exit code 137 (= 128 + SIGKILL)
+    text = """\
+srun: error: gpu-node07: task 3: Exited with exit code 1
+srun: error: gpu-node07: tasks 0-1: Exited with exit code 137
+"""
+    ev = parse_text(text)
+    got = sorted((e.rank, e.exitcode, e.host) for e in ev.exits)
+    assert got == [(0, 137, "gpu-node07"), (1, 137, "gpu-node07"), (3, 1, "gpu-node07")]
+    assert sorted(f.rank for f in kinds(ev, K.SIGKILL)) == [0, 1]
+    # under torchrun, a Slurm task is a node's agent, not a rank
+    ev2 = parse_text(SIGKILL_RUN + text)
+    assert {e.rank for e in ev2.exits if e.launcher == "slurm"} == {None}
+
+
+def test_mp_spawn_signal_and_raised_error():
+    # nccl.md §4.3 table (torch.multiprocessing.spawn rows)
+    text = """\
+torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGKILL
+"""
+    ev = parse_text(text)
+    (e,) = ev.exits
+    assert (e.launcher, e.local_rank, e.exitcode) == ("mp.spawn", 1, -9)
+    assert len(kinds(ev, K.SIGKILL)) == 1
+    # ProcessRaisedException: the child's traceback follows; the exception line is kept
+    text2 = """\
+torch.multiprocessing.spawn.ProcessRaisedException: 
+
+-- Process 1 terminated with the following error:
+Traceback (most recent call last):
+  File "probe.py", line 88, in main
+    x = torch.empty(400 * 2**30, dtype=torch.uint8, device="cuda")
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 138.77 GiB is free.
+"""
+    ev2 = parse_text(text2)
+    (e2,) = ev2.exits
+    assert e2.exitcode == 1 and e2.local_rank == 1
+    assert "torch.OutOfMemoryError: CUDA out of memory" in e2.message
+    assert not kinds(ev2, K.SIGKILL)
+
+
+def test_bare_killed_takes_rank_from_file_name():
+    # nccl.md §4.3 "a bash wrapper may print `Killed`"; pytorch.md §3.6
+    ev = parse_text("step 41 loss 1.92\nKilled\n", name="train_rank2.log")
+    (f,) = kinds(ev, K.KILLED)
+    assert f.rank == 2
+    # a word inside a sentence is not the shell's message
+    assert not kinds(parse_text("Killed workers will be restarted\n"), K.KILLED)
+
+
+def test_shell_job_killed_and_bus_error():
+    # bash's job-status lines ("./run.sh: line N: PID Killed  CMD", "... Bus error (core dumped) ...")
+    text = """\
+./run.sh: line 12: 31337 Killed                  python train.py --deepspeed ds.json
+./run.sh: line 14: 31338 Bus error               (core dumped) python train.py
+"""
+    ev = parse_text(text)
+    assert [f.pid for f in kinds(ev, K.KILLED)] == [31337]
+    assert [f.pid for f in kinds(ev, K.SHM)] == [31338]
+
+
+def test_dataloader_shared_memory_errors():
+    # PyTorch DataLoader texts (torch/csrc/DataLoader.cpp / torch/utils/data/dataloader.py)
+    text = """\
+[rank0]: ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).
+[rank0]: RuntimeError: DataLoader worker (pid 1234) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory. Please try to raise your shared memory limit.
+[rank1]: RuntimeError: DataLoader worker (pid 1240) is killed by signal: Killed.
+"""
+    ev = parse_text(text)
+    shm = kinds(ev, K.SHM)
+    assert [f.rank for f in shm] == [0]                       # one per rank
+    assert [f.rank for f in kinds(ev, K.KILLED)] == [1]
+
+
+def test_nccl_shm_segment_is_left_to_the_nccl_parser():
+    text = ("node1:100:101 [0] include/shm.cc:94 NCCL WARN Error while creating shared memory segment "
+            "/dev/shm/nccl-… (size …)\n")
+    ev = parse_text(text)
+    assert len(kinds(ev, K.SHM)) == 1
+
+
+def test_exit_status_137_generic():
+    # subprocess.CalledProcessError text of an accelerate/torchrun wrapper; k8s OOMKilled
+    text = """\
+subprocess.CalledProcessError: Command '['/usr/bin/python', 'train.py']' returned non-zero exit status 137.
+"""
+    ev = parse_text(text)
+    (e,) = ev.exits
+    assert e.exitcode == 137 and e.launcher == "shell"
+    assert len(kinds(ev, K.SIGKILL)) == 1
+    assert kinds(parse_text("Last State: Terminated  Reason: OOMKilled  Exit Code: 137\n"), K.HOST_OOM_KILL)
+
+
+def test_torchrun_launch_config_facts():
+    # torch.distributed.launcher.api "Starting elastic_operator with launch configs:" (torch 1.10-2.0
+    # INFO print) and the elastic agent's rendezvous result
+    text = """\
+INFO:torch.distributed.launcher.api:Starting elastic_operator with launch configs:
+  entrypoint       : train.py
+  min_nodes        : 1
+  max_nodes        : 1
+  nproc_per_node   : 8
+  run_id           : none
+  group_world_size=1
+  global_world_sizes=[8, 8, 8, 8, 8, 8, 8, 8]
+"""
+    ev = parse_text(text)
+    assert facts(ev, "nproc_per_node") == [8]
+    assert facts(ev, "world_size") == [8]
+    assert facts(ev, "nnodes") == [1]
+
+
+def test_slurm_cancel_reason_fact():
+    text = "slurmstepd: error: *** STEP 123456.0 ON gpu-node07 CANCELLED AT 2024-06-14T01:51:54 DUE TO TIME LIMIT ***\n"
+    assert facts(parse_text(text), "slurm.cancelled") == ["TIME LIMIT"]
+
+
+def test_irrelevant_lines_produce_nothing():
+    text = ("epoch 1 step 10 loss 2.31 lr 1e-4 will still fill\n"
+            "Saving checkpoint to out/checkpoint-137\n") * 50
+    ev = parse_text(text)
+    assert not ev.exits and not ev.failures and not ev.facts

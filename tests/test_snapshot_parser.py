@@ -1,0 +1,298 @@
+"""Snapshot pickle loading: the real 2.11 fixtures, older shapes, and hostile input."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import random
+from pathlib import Path
+
+import pytest
+
+from oompost.errors import HostilePickleError, SnapshotError
+from oompost.parsers.snapshot import RestrictedUnpickler, load_snapshot, loads_restricted
+
+DATA = Path(__file__).parent / "data" / "snapshots"
+NATIVE = DATA / "torch2.11_native_fragmentation_oom_observer.pickle.gz"
+EXP_OBS = DATA / "torch2.11_expandable_capacity_oom_observer.pickle.gz"
+EXP_AFTER = DATA / "torch2.11_expandable_capacity_after_exception.pickle.gz"
+MiB = 1 << 20
+
+
+def raw(path: Path) -> dict:
+    """The fixture as builtins (through the restricted unpickler: no plain pickle loading anywhere)."""
+    return loads_restricted(gzip.decompress(path.read_bytes()))
+
+
+def write(tmp_path: Path, obj: object, name: str = "snap.pickle", gz: bool = False) -> str:
+    data = pickle.dumps(obj)
+    p = tmp_path / name
+    p.write_bytes(gzip.compress(data) if gz else data)
+    return str(p)
+
+
+# ------------------------------------------------------------------ fixtures
+
+
+def test_native_fixture_decodes_every_field() -> None:
+    s = load_snapshot(str(NATIVE))
+    assert s.format == "dict"
+    assert s.warnings == ()
+    assert len(s.segments) == 1
+    seg = s.segments[0]
+    assert seg.total_size == 1_933_574_144
+    assert seg.allocated_size == 900 * MiB
+    assert (seg.segment_type, seg.stream, seg.pool_id, seg.is_expandable) == ("large", 0, (0, 0), False)
+    assert len(seg.blocks) == 73
+    assert sum(b.size for b in seg.blocks) == seg.total_size
+    assert sum(1 for b in seg.blocks if b.state == "inactive") == 37
+    # blocks are contiguous in address order
+    for a, b in zip(seg.blocks, seg.blocks[1:]):
+        assert a.address + a.size == b.address
+    trace = s.traces[0]
+    assert len(s.traces) == 1 and len(trace) == 149
+    assert trace[0].action == "segment_alloc" and trace[0].size == 1_933_574_144
+    oom = trace[-1]
+    assert oom.action == "oom" and oom.size == 500 * MiB and oom.device_free == 147_623_903_232
+    assert oom.time_us == 1796223887253230
+    assert s.allocator_settings["expandable_segments"] is False
+    assert s.expandable is False
+
+
+def test_expandable_fixtures_decode() -> None:
+    obs = load_snapshot(str(EXP_OBS))
+    after = load_snapshot(str(EXP_AFTER))
+    for s in (obs, after):
+        assert s.expandable is True
+        assert [x.total_size for x in s.segments] == [188_743_680, 167_772_160, 2_097_152]
+        assert [x.segment_type for x in s.segments] == ["large", "large", "small"]
+        assert all(x.is_expandable for x in s.segments)
+    assert len(obs.traces[0]) == 54 and len(after.traces[0]) == 56
+    assert [e.action for e in after.traces[0][-3:]] == ["oom", "snapshot", "snapshot"]
+    maps = [e.size for e in obs.traces[0] if e.action == "segment_map"]
+    assert len(maps) == 9 and maps[0] == 80 * MiB
+
+
+def test_frames_are_interned() -> None:
+    s = load_snapshot(str(NATIVE))
+    seen: dict[tuple[str, str, int], object] = {}
+    n = 0
+    for e in s.traces[0]:
+        for f in e.frames:
+            n += 1
+            key = (f.name, f.filename, f.line)
+            assert seen.setdefault(key, f) is f
+    assert n > 1000 and len(seen) < 100
+    # blocks share the same Frame objects as trace entries
+    block_frames = {id(f) for seg in s.segments for b in seg.blocks for f in b.frames}
+    assert block_frames <= {id(f) for f in seen.values()}
+    user = [f for f in s.traces[0][-1].frames if f.line > 0]
+    assert ("repro/lab.py", 198, "<module>") in [(f.filename, f.line, f.name) for f in user]
+
+
+def test_plain_and_gzipped_load_the_same(tmp_path: Path) -> None:
+    p = tmp_path / "plain.pickle"
+    p.write_bytes(gzip.decompress(NATIVE.read_bytes()))
+    a = load_snapshot(str(p))
+    b = load_snapshot(str(NATIVE))
+    assert a.segments == b.segments and a.traces == b.traces
+
+
+# ------------------------------------------------------------ other shapes
+
+
+def test_segments_only_list(tmp_path: Path) -> None:
+    """torch.cuda.memory_snapshot() returns only the segments list."""
+    d = raw(NATIVE)
+    s = load_snapshot(write(tmp_path, d["segments"]))
+    ref = load_snapshot(str(NATIVE))
+    assert s.format == "segments_only"
+    assert s.traces == ()
+    assert s.segments == ref.segments
+    assert any("segments-only" in w for w in s.warnings)
+
+
+def test_legacy_history_blocks(tmp_path: Path) -> None:
+    """≤2.0 blocks: ``history`` instead of ``frames``/``requested_size``, and no addresses."""
+    d = raw(NATIVE)
+    for seg in d["segments"]:
+        for b in seg["blocks"]:
+            frames = b.pop("frames")
+            req = b.pop("requested_size")
+            del b["address"]
+            b["history"] = [{"addr": 0, "real_size": req - 7, "frames": frames}] if b["state"] != "inactive" else []
+        for k in ("segment_pool_id", "is_expandable", "requested_size", "active_size"):
+            del seg[k]
+    legacy = {"segments": d["segments"]}
+    s = load_snapshot(write(tmp_path, legacy))
+    ref = load_snapshot(str(NATIVE))
+    assert s.format == "legacy_history"
+    seg, rseg = s.segments[0], ref.segments[0]
+    assert [b.address for b in seg.blocks] == [b.address for b in rseg.blocks]   # rebuilt from running sums
+    live = [b for b in seg.blocks if b.state == "active_allocated"]
+    assert all(b.requested_size == 25 * MiB - 7 for b in live)
+    assert all(b.frames for b in live)
+    assert seg.pool_id == (0, 0) and seg.is_expandable is False
+    assert any("no device_traces" in w for w in s.warnings)
+
+
+def test_states_missing_keys_unknown_actions_and_meta(tmp_path: Path) -> None:
+    d = raw(EXP_OBS)
+    d["segments"][0]["blocks"][0]["state"] = "active_awaiting_free"     # the docstring's spelling
+    for seg in d["segments"]:
+        del seg["segment_pool_id"], seg["is_expandable"]
+    for e in d["device_traces"][0]:
+        e.pop("time_us", None)
+        e.pop("compile_context", None)
+    d["device_traces"][0].append({"action": "user_defined", "addr": 0, "size": 0, "stream": 0,
+                                  "user_metadata": "step 7"})
+    d["oompost_meta"] = {"limit": 2 << 30, "rank": 3}
+    d["future_key"] = [1, 2]
+    s = load_snapshot(write(tmp_path, d))
+    assert s.segments[0].blocks[0].state == "active_pending_free"
+    assert all(x.pool_id == (0, 0) and x.is_expandable is False for x in s.segments)
+    assert all(e.time_us is None for e in s.traces[0])
+    last = s.traces[0][-1]
+    assert (last.action, last.user_metadata) == ("user_defined", "step 7")
+    assert any("user_defined" in w for w in s.warnings)
+    assert s.meta["limit"] == 2 << 30 and s.meta["rank"] == 3 and s.meta["future_key"] == [1, 2]
+    # settings still say expandable even though the segments lost their flag
+    assert s.expandable is True
+
+
+def test_missing_device_traces_warns(tmp_path: Path) -> None:
+    d = raw(NATIVE)
+    del d["device_traces"]
+    s = load_snapshot(write(tmp_path, d))
+    assert s.traces == ()
+    assert any("no device_traces: allocator history was not recorded" in w for w in s.warnings)
+
+
+def test_ring_buffer_truncation_warns(tmp_path: Path) -> None:
+    d = raw(NATIVE)
+    d["device_traces"][0] = d["device_traces"][0][10:]
+    s = load_snapshot(write(tmp_path, d))
+    assert any("trace starts mid-run" in w and "ring buffer" in w for w in s.warnings)
+
+
+# ------------------------------------------------------------- hostile input
+
+
+class _Evil:
+    def __init__(self, sentinel: str) -> None:
+        self.sentinel = sentinel
+
+    def __reduce__(self):  # noqa: ANN204 - pickle protocol
+        return (os.system, (f"touch {self.sentinel}",))
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_hostile_pickle_is_refused_and_never_runs(tmp_path: Path, gz: bool) -> None:
+    sentinel = tmp_path / "SENTINEL"
+    path = write(tmp_path, _Evil(str(sentinel)), gz=gz)
+    with pytest.raises(HostilePickleError) as ei:
+        load_snapshot(path)
+    assert "refusing to load" in str(ei.value) and "system" in str(ei.value)
+    assert "only builtins" in str(ei.value)
+    assert not sentinel.exists()
+
+
+def test_hostile_object_nested_in_a_real_snapshot(tmp_path: Path) -> None:
+    sentinel = tmp_path / "SENTINEL"
+    d = raw(NATIVE)
+    d["oompost_meta"] = {"x": _Evil(str(sentinel))}
+    with pytest.raises(HostilePickleError):
+        load_snapshot(write(tmp_path, d))
+    assert not sentinel.exists()
+
+
+def test_any_global_is_refused_even_harmless_ones(tmp_path: Path) -> None:
+    import collections
+
+    with pytest.raises(HostilePickleError, match="collections.OrderedDict"):
+        load_snapshot(write(tmp_path, {"segments": [], "s": collections.OrderedDict(a=1)}))
+
+
+def test_persistent_ids_are_refused(tmp_path: Path) -> None:
+    import io
+
+    class P(pickle.Pickler):
+        def persistent_id(self, obj: object) -> str | None:
+            return "storage0" if obj == "tensor" else None
+
+    buf = io.BytesIO()
+    P(buf).dump({"segments": [], "x": "tensor"})
+    p = tmp_path / "pid.pickle"
+    p.write_bytes(buf.getvalue())
+    with pytest.raises(HostilePickleError, match="persistent"):
+        load_snapshot(str(p))
+
+
+def test_copyreg_extension_codes_are_refused(tmp_path: Path) -> None:
+    """EXT1/EXT2/EXT4 reach globals through the copyreg registry, not GLOBAL: still refused."""
+    import copyreg
+
+    sentinel = tmp_path / "SENTINEL"
+    copyreg.add_extension("posix", "system", 0xF0)
+    try:
+        data = pickle.dumps(_Evil(str(sentinel)), protocol=2)
+        assert pickle.EXT1 in data
+        p = tmp_path / "ext.pickle"
+        p.write_bytes(data)
+        with pytest.raises(HostilePickleError):
+            load_snapshot(str(p))
+    finally:
+        copyreg.remove_extension("posix", "system", 0xF0)
+    assert not sentinel.exists()
+
+
+def test_restricted_unpickler_is_an_unpickler_subclass() -> None:
+    assert issubclass(RestrictedUnpickler, pickle.Unpickler)
+
+
+# ------------------------------------------------------------- broken input
+
+
+def test_truncated_pickle(tmp_path: Path) -> None:
+    data = gzip.decompress(NATIVE.read_bytes())
+    p = tmp_path / "cut.pickle"
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(SnapshotError) as ei:
+        load_snapshot(str(p))
+    msg = str(ei.value)
+    assert not isinstance(ei.value, HostilePickleError)
+    assert "\n" not in msg and "truncated" in msg and "_dump_snapshot" in msg
+
+
+def test_truncated_gzip(tmp_path: Path) -> None:
+    data = NATIVE.read_bytes()
+    p = tmp_path / "cut.pickle.gz"
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(SnapshotError) as ei:
+        load_snapshot(str(p))
+    assert "\n" not in str(ei.value)
+
+
+@pytest.mark.parametrize("payload", [b"\x80\x04garbage garbage garbage", random.Random(0).randbytes(4096), b"not a pickle\n",
+                                     b"PK\x03\x04 zip archive body"])
+def test_garbage_bytes(tmp_path: Path, payload: bytes) -> None:
+    p = tmp_path / "junk.bin"
+    p.write_bytes(payload)
+    with pytest.raises(SnapshotError) as ei:
+        load_snapshot(str(p))
+    assert "\n" not in str(ei.value)
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    p = tmp_path / "empty.pickle"
+    p.write_bytes(b"")
+    with pytest.raises(SnapshotError, match="empty"):
+        load_snapshot(str(p))
+
+
+@pytest.mark.parametrize("obj", [42, "segments", (1, 2), {"device_traces": []}, {"segments": "nope"}])
+def test_wrong_top_level(tmp_path: Path, obj: object) -> None:
+    with pytest.raises(SnapshotError) as ei:
+        load_snapshot(write(tmp_path, obj))
+    assert not isinstance(ei.value, HostilePickleError)
