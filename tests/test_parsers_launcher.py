@@ -364,3 +364,45 @@ def test_irrelevant_lines_produce_nothing():
             "Saving checkpoint to out/checkpoint-137\n") * 50
     ev = parse_text(text)
     assert not ev.exits and not ev.failures and not ev.facts
+
+
+# sample_logs/host_oom_offload_cgroup/run.log: a real capture (H200, torch 2.11, DeepSpeed 0.19.8,
+# cgroup-limited host RAM, ZeRO-2 optimizer offload); the long command lists are cut at "..."
+DS_REAL = """\
+[2026-12-02 17:02:06,939] [INFO] [launch.py:145:main] 0 NCCL_NVLS_ENABLE=0
+[2026-12-02 17:02:06,939] [INFO] [launch.py:145:main] 0 NV_LIBNCCL_PACKAGE_NAME=libnccl2
+[2026-12-02 17:02:06,939] [INFO] [launch.py:152:main] WORLD INFO DICT: {'localhost': [0]}
+[2026-12-02 17:02:06,939] [INFO] [launch.py:158:main] nnodes=1, num_local_procs=1, node_rank=0
+[2026-12-02 17:02:06,939] [INFO] [launch.py:170:main] dist_world_size=1
+[2026-12-02 17:02:06,940] [INFO] [launch.py:245:main] process 653 spawned with command: ['/opt/torch/.venv/bin/python3', '-u', '/work/main/tools/capture/train.py', '--local_rank=0', '--deepspeed', ...]
+[2026-12-02 17:04:02,972] [INFO] [launch.py:253:sigkill_handler] Killing subprocess 653
+[2026-12-02 17:04:02,974] [ERROR] [launch.py:259:sigkill_handler] ['/opt/torch/.venv/bin/python3', '-u', '/work/main/tools/capture/train.py', '--local_rank=0', '--deepspeed', ...] exits with return code = -9
+"""
+
+
+def test_real_deepspeed_single_process_exit_is_local_rank0():
+    ev = parse_text(DS_REAL)
+    (e,) = ev.exits
+    assert e.exitcode == -9 and e.launcher == "deepspeed"
+    assert (e.rank, e.local_rank) == (0, 0)            # one child only: no --local_rank ambiguity
+    assert [f.rank for f in kinds(ev, K.SIGKILL)] == [0]
+    assert facts(ev, "launcher.pid_local_rank") == [{"653": 0}]
+    assert facts(ev, "nccl.env.NCCL_NVLS_ENABLE") == ["0"]
+    assert not [f for f in ev.facts if f.name == "nccl.env.NV_LIBNCCL_PACKAGE_NAME"]
+
+
+def test_killing_order_gives_pid_local_ranks_without_spawn_lines():
+    # sigkill_handler walks its children in spawn (= local rank) order; lines from deepspeed.md §1.6 /
+    # nccl.md §4.4 (the 2024-06-14 log), pids of the other three children filled in
+    text = """\
+[2024-06-14 01:50:01,001] [INFO] [launch.py:152:main] nnodes=1, num_local_procs=4, node_rank=0
+[2024-06-14 01:51:54,018] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 438136
+[2024-06-14 01:51:54,018] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 438137
+[2024-06-14 01:51:54,018] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 438138
+[2024-06-14 01:51:54,018] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 438139
+[2024-06-14 01:51:54,038] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python3', '-u', 'fix.py', '--local_rank=3'] exits with return code = 1
+"""
+    ev = parse_text(text)
+    assert facts(ev, "launcher.pid_local_rank") == [{"438136": 0, "438137": 1, "438138": 2, "438139": 3}]
+    (e,) = ev.exits
+    assert e.rank is None and e.local_rank is None      # four children: the failing one is unknown

@@ -300,3 +300,34 @@ def test_year_of_c10_lines_taken_from_other_lines():
         Failure(K.NCCL_CUDA_OOM, SourceRef("a", 3, "[rank0]:[E1202 15:09:51.0 ProcessGroupNCCL.cpp:1] y"), rank=0),
     ))
     assert first_failing_rank(ev) == 1
+
+
+def test_real_capture_kernel_log_in_another_file():
+    # sample_logs/host_oom_offload_cgroup: real capture; the OOM kill of pid 653 is in kernel.log, the
+    # DeepSpeed spawn line naming pid 653 as local rank 0 in run.log
+    from pathlib import Path
+
+    from oompost.parsers import parse_paths
+
+    d = Path(__file__).resolve().parents[1] / "sample_logs" / "host_oom_offload_cgroup"
+    ev = parse_paths([str(d / "run.log"), str(d / "kernel.log")])
+    (oom,) = [f for f in ev.failures if f.kind is K.HOST_OOM_KILL]
+    assert oom.pid == 653 and oom.rank is None          # not attributable within kernel.log alone
+    assert first_failing_rank(ev) == 0
+    assert row(rank_table(ev), 0).cause_hint == "killed by the host OOM killer"
+
+
+def test_real_capture_watchdog_timeout():
+    # sample_logs/nccl_watchdog_timeout/run.log: real capture, torchrun, one rank, SIGABRT teardown
+    from pathlib import Path
+
+    from oompost.parsers import parse_paths
+
+    d = Path(__file__).resolve().parents[1] / "sample_logs" / "nccl_watchdog_timeout"
+    ev = parse_paths([str(p) for p in sorted(d.glob("*.log"))])
+    (t,) = [f for f in ev.failures if f.kind is K.NCCL_TIMEOUT]
+    assert (t.rank, t.seq_num, t.op_type, t.timeout_ms) == (0, 9, "ALLREDUCE", 15000)
+    (e,) = ev.exits
+    assert e.exitcode == -6 and e.rank == 0 and e.reported_root_cause
+    r0 = row(rank_table(ev), 0)
+    assert r0.first and r0.exitcode == -6

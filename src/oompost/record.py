@@ -81,12 +81,12 @@ def dump(reason: str = "manual", extra: dict[str, Any] | None = None, path: str 
         "rank": rank,
         "host": socket.gethostname(),
         "time": time.time(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
+        "torch": str(torch.__version__),          # TorchVersion is a class: keep the pickle builtins-only
+        "cuda": str(torch.version.cuda),
         "device_name": torch.cuda.get_device_name(device),
         "device_total": int(torch.cuda.get_device_properties(device).total_memory),
-        "memory_stats": {str(k): v for k, v in torch.cuda.memory_stats(device).items()
-                         if isinstance(v, (int, float))},
+        "memory_stats": {str(k): (int(v) if isinstance(v, int) else float(v))
+                         for k, v in torch.cuda.memory_stats(device).items() if isinstance(v, (int, float))},
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF", "")),
     }
     if extra:

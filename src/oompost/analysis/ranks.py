@@ -226,6 +226,12 @@ def _items(ev: Evidence) -> list[_Item]:
         if e.pid is not None and r is not None:
             pid_rank.setdefault((e.host, e.pid), r)
             pid_rank.setdefault((None, e.pid), r)
+    if single_node:
+        for fact in ev.facts_named("launcher.pid_local_rank"):     # DeepSpeed children, maybe another file
+            if isinstance(fact.value, dict):
+                for pid, lr in fact.value.items():
+                    if str(pid).isdigit() and isinstance(lr, int):
+                        pid_rank.setdefault((None, int(pid)), lr)
     rank_map = ev.fact_value("nccl.rank_map") or {}
     if isinstance(rank_map, dict):
         for key, r in rank_map.items():

@@ -20,10 +20,10 @@ from .base import EvidenceBuilder, LineParser, TracebackTracker
 
 def _text_parser_factories() -> list:
     # Imported here so that `import oompost` stays cheap.
-    from . import deepspeed_log, launcher, nccl, steps, torch_oom
+    from . import deepspeed_log, exceptions, launcher, nccl, steps, torch_oom
 
     return [torch_oom.TorchOomParser, deepspeed_log.DeepSpeedLogParser, nccl.NcclParser,
-            launcher.LauncherParser, steps.StepParser]
+            launcher.LauncherParser, steps.StepParser, exceptions.ExceptionParser]
 
 
 def parse_paths(paths: Iterable[str], ds_config: str | None = None) -> Evidence:

@@ -103,6 +103,7 @@ class TracebackTracker:
     def __init__(self) -> None:
         self._state: dict[int | None, _TbState] = {}
         self._last: dict[int | None, Stack] = {}
+        self._closed_at: dict[int | None, int] = {}
 
     def feed(self, ln: LogLine, rank: int | None) -> None:
         text = ln.text
@@ -130,6 +131,7 @@ class TracebackTracker:
         # the exception line ends the traceback
         st.active = False
         self._last[rank] = Stack(tuple(st.frames))
+        self._closed_at[rank] = ln.lineno
 
     def stack_for(self, rank: int | None) -> Stack:
         """Frames of the traceback that just ended (or is ending) on this rank."""
@@ -138,7 +140,6 @@ class TracebackTracker:
             return Stack(tuple(st.frames))
         return self._last.get(rank, Stack())
 
-    def is_exception_line(self, rank: int | None) -> bool:
-        """True right after the tracker closed a traceback on this line."""
-        st = self._state.get(rank)
-        return st is not None and not st.active and rank in self._last
+    def closed_on(self, rank: int | None, lineno: int) -> bool:
+        """True when a traceback of this rank ended on this line (its exception line)."""
+        return self._closed_at.get(rank) == lineno

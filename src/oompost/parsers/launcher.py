@@ -214,6 +214,9 @@ class LauncherParser:
         self._nnodes: int | None = None
         self._hosts: set[str] = set()
         self._task_fails: list[tuple[_Fail, int | None]] = []
+        self._num_local: int | None = None
+        self._killing: list[int] = []                 # DeepSpeed "Killing subprocess" pids, in order
+        self._pid_ref: SourceRef | None = None
 
     # ------------------------------------------------------------ feed
 
@@ -265,7 +268,11 @@ class LauncherParser:
             m = DS_KILLING_RE.search(t)
             if m:
                 self._launcher_seen("deepspeed", ln)
-                self._fact_once("launcher.killed_pid", int(m.group("pid")), ln, per_value=True)
+                pid = int(m.group("pid"))
+                self._fact_once("launcher.killed_pid", pid, ln, per_value=True)
+                if pid not in self._killing:
+                    self._killing.append(pid)
+                    self._pid_ref = self._pid_ref or ref(self.path, ln)
                 return
         if "spawned with command" in t:
             m = DS_SPAWNED_RE.search(t)
@@ -274,6 +281,7 @@ class LauncherParser:
                 ml = LOCAL_RANK_ARG_RE.search(m.group("cmd"))
                 if ml:
                     self._spawned[int(m.group("pid"))] = int(ml.group("lr"))
+                    self._pid_ref = self._pid_ref or ref(self.path, ln)
                 return
         if "terminated with" in t:
             if self._spawn_line(ln, t):
@@ -632,7 +640,8 @@ class LauncherParser:
             if m:
                 self._nnodes = int(m.group("nnodes"))
                 self._fact_once("nnodes", self._nnodes, ln)
-                self._fact_once("num_local_procs", int(m.group("local")), ln)
+                self._num_local = int(m.group("local"))
+                self._fact_once("num_local_procs", self._num_local, ln)
                 if m.group("node") is not None:
                     self._fact_once("node_rank", int(m.group("node")), ln)
             return
@@ -718,6 +727,7 @@ class LauncherParser:
         if self._cfe is not None:
             self._cfe_close_entry()
             self._cfe = None
+        pid_lr = self._pid_local_ranks()
         if not self._exits and not self._fails:
             return
         # Slurm task ids are ranks only when srun started the ranks itself
@@ -738,8 +748,15 @@ class LauncherParser:
             elif e.local_rank is not None and single_node:
                 pid_rank.setdefault(e.pid, e.local_rank)
         if single_node:
-            for pid, lr in self._spawned.items():
+            for pid, lr in pid_lr.items():
                 pid_rank.setdefault(pid, lr)
+        if self._num_local == 1:
+            # one child: the failing process can only be local rank 0 (the --local_rank trap needs >1)
+            for e in self._exits:
+                if e.launcher == "deepspeed" and e.local_rank is None:
+                    e.local_rank = 0
+                    if self._nnodes == 1:
+                        e.rank = 0
         final: dict[int, object | None] = {}
         for f in self._fails:
             if f.rank is None and f.pid is not None and f.pid in pid_rank:
@@ -763,6 +780,18 @@ class LauncherParser:
                     final[id(sk)] = None
         _commit(self.out.exits, final)
         _commit(self.out.failures, final)
+
+
+    def _pid_local_ranks(self) -> dict[int, int]:
+        """DeepSpeed child pid -> local rank: from "spawned with command" lines, else from the order of
+        "Killing subprocess" lines (sigkill_handler walks its children in spawn = local-rank order).
+        Published as the fact ``launcher.pid_local_rank`` so a kernel log in another file can use it."""
+        pid_lr = dict(self._spawned)
+        if not pid_lr and self._killing and (self._num_local is None or len(self._killing) == self._num_local):
+            pid_lr = {pid: i for i, pid in enumerate(self._killing)}
+        if pid_lr and self._pid_ref is not None:
+            self.out.fact("launcher.pid_local_rank", {str(p): lr for p, lr in pid_lr.items()}, self._pid_ref)
+        return pid_lr
 
 
 def _exception_line(lines: list[str]) -> str:

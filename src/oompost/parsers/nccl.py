@@ -66,6 +66,8 @@ CHANNELS_RE = re.compile(
 NVLS_SIZE_RE = re.compile(
     r"NVLS comm 0x[0-9a-fA-F]+ headRank (?P<head>-?\d+) nHeads (?P<nheads>\d+).*?nvlsTotalSize (?P<bytes>\d+)")
 NCCL_ENV_RE = re.compile(r"(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>\S*)")
+# DeepSpeed's launcher echoes every NCCL variable: "[launch.py:145:main] 0 NCCL_NVLS_ENABLE=0"
+DS_NCCL_ENV_RE = re.compile(r"launch\.py:\d+:main\] \d+ (?P<name>NCCL_[A-Z0-9_]+)=(?P<value>\S*)\s*$")
 
 # PyTorch side
 TORCH_NCCL_ERROR_RE = re.compile(
@@ -342,6 +344,10 @@ class NcclParser:
             self._version(ln, t)
         if "NCCL WARN" in t or "NCCL INFO" in t or "NCCL TRACE" in t or "NCCL ERROR" in t:
             self._nccl_line(ln, t)
+        elif "launch.py" in t and "main]" in t:
+            m = DS_NCCL_ENV_RE.search(t)
+            if m:
+                self._fact_once(f"nccl.env.{m.group('name')}", m.group("value"), ref(self.path, ln))
         elif "NCCL error" in t or "NCCL Error" in t or "NCCL timeout in" in t:
             self._torch_error(ln, t)
         elif "WorkNCCL" in t or "atchdog" in t or "NCCL work" in t or "eartbeat" in t:

@@ -48,15 +48,32 @@ _KNOWN_TOP_KEYS = frozenset({"segments", "device_traces", "allocator_settings", 
 _SMALL_SEGMENT = 2 * 1024 * 1024
 
 
+class _VersionString(str):
+    """Stands in for torch.torch_version.TorchVersion (a str subclass)."""
+
+
+_DATA_ONLY: dict[tuple[str, str], type] = {
+    ("torch.torch_version", "TorchVersion"): _VersionString,
+    ("collections", "OrderedDict"): dict,
+}
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """An unpickler that can only build builtin containers and scalars.
 
     ``find_class`` is the single door through which a pickle reaches code
     (``GLOBAL``/``STACK_GLOBAL``, and through them ``REDUCE``/``BUILD``/
-    ``NEWOBJ``/``INST``/``OBJ``); it always refuses.  ``persistent_load`` is the
+    ``NEWOBJ``/``INST``/``OBJ``); it refuses everything except the two
+    data-only types in ``_DATA_ONLY``, which it maps to builtins.  ``persistent_load`` is the
     other extension hook and refuses too."""
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D401 - pickle API
+        # Two data-only types that capture hooks commonly put in the snapshot's
+        # metadata (``torch.__version__`` and ``memory_stats()``); both are
+        # rebuilt as plain builtins, never imported.
+        safe = _DATA_ONLY.get((module, name))
+        if safe is not None:
+            return safe
         raise HostilePickleError(
             f"refusing to load {module}.{name}: snapshot pickles contain only builtins; "
             "this file tries to import code")

@@ -1,14 +1,173 @@
-"""Placeholder: being written."""
+"""Training-loop lines: per-step memory figures and facts about the run.
+
+Training scripts print memory in many shapes; what they share is a step
+number and one or more ``allocated`` / ``reserved`` figures with a unit
+(``mem allocated=10.12GiB``, ``'memory_allocated': 10.1 GB``,
+``max_reserved: 15 GB``, ``alloc_gb=3.2``).  A line with a step and at least
+one figure becomes a ``MemoryReading`` — the series a leak shows in.
+
+Facts (first seen wins in the Evidence): model parameter counts (HF Trainer's
+"Number of trainable parameters", PEFT's "trainable params: … || all params",
+"N parameters"), batch / accumulation / sequence settings written as
+``key=value`` or HF Trainer's banner, gradient checkpointing, attention
+implementation, GPU name, torch version, model name.
+"""
 
 from __future__ import annotations
 
+import re
+
+from ..model import MemoryReading
+from ..sources import LogLine
+from ..units import GiB, KiB, MiB
+from .base import EvidenceBuilder, TracebackTracker, line_rank, ref
+
+STEP = re.compile(r"(?<![\w/])(?:global[_ ]step|step|iter(?:ation)?|it)['\"]?\s*[:=]?\s*(?P<step>\d{1,9})\b(?!\.\d)",
+                  re.IGNORECASE)
+_UNIT = r"(?P<unit>GiB|GB|MiB|MB|KiB|KB|G|M)?"
+MEM = re.compile(
+    r"(?P<key>max[_ ]?(?:memory[_ ]?)?(?:allocated|alloc|reserved|cached)|(?:memory[_ ]|mem[_ ]?)?(?:allocated|alloc|"
+    r"reserved|cached))(?P<suffix>_gib|_gb|_mib|_mb)?['\"]?\s*[:=]\s*(?P<num>\d+(?:\.\d+)?)\s*" + _UNIT + r"\b",
+    re.IGNORECASE)
+_UNITS = {"gib": GiB, "gb": GiB, "g": GiB, "mib": MiB, "mb": MiB, "m": MiB, "kib": KiB, "kb": KiB,
+          "_gib": GiB, "_gb": GiB, "_mib": MiB, "_mb": MiB}
+
+PARAMS = (
+    re.compile(r"all params:\s*(?P<n>[\d,]+)"),                                        # PEFT
+    re.compile(r"Number of (?:trainable )?parameters\s*=\s*(?P<n>[\d,]+)"),           # HF Trainer
+    re.compile(r"(?P<n>\d{1,3}(?:,\d{3}){2,}|\d{7,})\s+(?:total\s+)?param(?:eter)?s\b", re.IGNORECASE),
+    re.compile(r"(?:total|num|n)[_ ]?param(?:eter)?s\s*[:=]\s*(?P<n>[\d,]{7,})", re.IGNORECASE),
+    re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*(?P<u>[BM])\s+(?:total\s+)?param(?:eter)?s\b"),
+)
+TRAINABLE = re.compile(r"trainable params:\s*(?P<n>[\d,]+)|(?P<n2>[\d,]{7,}) trainable\b")
+KV_INT = re.compile(r"\b(?P<key>per_device_train_batch_size|train_micro_batch_size_per_gpu|micro_batch_size|"
+                    r"gradient_accumulation_steps|max_seq_length|max_length|seq_len|sequence_length|block_size|"
+                    r"model_max_length|max_steps|world_size|lora_r)\s*[=:]\s*(?P<v>\d+)\b")
+HF_BANNER = (
+    (re.compile(r"Instantaneous batch size per device = (?P<v>\d+)"), "per_device_train_batch_size"),
+    (re.compile(r"Gradient Accumulation steps = (?P<v>\d+)"), "gradient_accumulation_steps"),
+    (re.compile(r"Total train batch size \(w\. parallel, distributed & accumulation\) = (?P<v>\d+)"),
+     "total_train_batch_size"),
+)
+GRAD_CKPT = re.compile(r"gradient_checkpointing\s*[=:]\s*(?P<v>True|False|true|false|1|0)\b")
+GRAD_CKPT_ON = ("incompatible with gradient checkpointing", "Gradient checkpointing enabled",
+                "gradient_checkpointing_enable")
+ATTN = re.compile(r"attn_implementation\s*[=:]\s*['\"]?(?P<v>eager|sdpa|flash_attention_[23]|flex_attention)")
+GPU = re.compile(r"\b(?P<v>NVIDIA (?:H100|H200|A100|A10G?|A6000|L4|L40S?|V100|T4|RTX ?\w+|GeForce RTX \d+\w*|"
+                 r"B200|GB200|A800|H800|H20)[\w -]*?)(?=,|\s\||\)|$|\s{2})")
+TORCH_VER = re.compile(r"\b(?:torch|PyTorch)(?: version)?[ =:]+(?:\.+ )?(?P<v>\d+\.\d+\.\d+(?:\+\w+)?)")
+MODEL_NAME = re.compile(r"(?:model_name_or_path|model_name|pretrained_model_name_or_path)\s*[=:]\s*['\"]?"
+                        r"(?P<v>[\w./-]+)")
+
+_BOOL = {"true": True, "1": True, "false": False, "0": False}
+
 
 class StepParser:
-    def __init__(self, path, out, *, rank_hint=None, tracebacks=None):
-        self.path, self.out = path, out
+    TRIGGERS = ("step", "Step", "iter", "param", "batch", "seq", "length", "checkpoint", "attn", "NVIDIA",
+                "torch", "PyTorch", "model", "accumulation", "world_size", "lora", "block_size")
 
-    def feed(self, ln):
+    def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
+                 tracebacks: TracebackTracker | None = None) -> None:
+        self.path = path
+        self.out = out
+        self.rank_hint = rank_hint
+        self._seen_facts: set[str] = set()
+
+    def feed(self, ln: LogLine) -> None:
+        text = ln.text
+        if not any(t in text for t in self.TRIGGERS):
+            return
+        if text.lstrip().startswith(("File \"", "^")):
+            return
+        rank = line_rank(ln, self.rank_hint)
+        self._memory(text, ln, rank)
+        self._facts(text, ln)
+
+    def finish(self) -> None:
         pass
 
-    def finish(self):
-        pass
+    # -------------------------------------------------------------- memory
+
+    def _memory(self, text: str, ln: LogLine, rank: int | None) -> None:
+        if "alloc" not in text.lower() and "reserved" not in text and "cached" not in text:
+            return
+        ms = STEP.search(text)
+        if ms is None:
+            return
+        values: dict[str, int] = {}
+        for m in MEM.finditer(text):
+            unit = (m.group("suffix") or m.group("unit") or "").lower()
+            if unit not in _UNITS:
+                continue
+            key = m.group("key").lower().replace(" ", "_")
+            kind = "reserved" if ("reserved" in key or "cached" in key) else "allocated"
+            slot = ("max_" if key.startswith("max") else "") + kind
+            values.setdefault(slot, int(float(m.group("num")) * _UNITS[unit]))
+        if not values:
+            return
+        self.out.memory.append(MemoryReading(
+            ref(self.path, ln), label="step", step=int(ms.group("step")), rank=rank,
+            allocated=values.get("allocated"), max_allocated=values.get("max_allocated"),
+            reserved=values.get("reserved"), max_reserved=values.get("max_reserved")))
+
+    # --------------------------------------------------------------- facts
+
+    def _fact_once(self, name: str, value: object, ln: LogLine) -> None:
+        key = f"{name}={value}"
+        if key in self._seen_facts:
+            return
+        self._seen_facts.add(key)
+        self.out.fact(name, value, ref(self.path, ln))
+
+    def _facts(self, text: str, ln: LogLine) -> None:
+        if "param" in text:
+            for rx in PARAMS:
+                m = rx.search(text)
+                if m:
+                    n = m.group("n").replace(",", "")
+                    try:
+                        value = float(n)
+                    except ValueError:
+                        continue
+                    if "u" in (m.groupdict() or {}) and m.groupdict().get("u"):
+                        value *= 1e9 if m.group("u") == "B" else 1e6
+                    if value >= 1e6:
+                        self._fact_once("model.params", int(value), ln)
+                    break
+            mt = TRAINABLE.search(text)
+            if mt:
+                self._fact_once("model.trainable_params", int((mt.group("n") or mt.group("n2")).replace(",", "")), ln)
+        for m in KV_INT.finditer(text):
+            key = m.group("key")
+            key = {"train_micro_batch_size_per_gpu": "per_device_train_batch_size",
+                   "micro_batch_size": "per_device_train_batch_size", "max_length": "max_seq_length",
+                   "seq_len": "max_seq_length", "sequence_length": "max_seq_length",
+                   "block_size": "max_seq_length", "model_max_length": "max_seq_length"}.get(key, key)
+            self._fact_once(f"train.{key}", int(m.group("v")), ln)
+        for rx, key in HF_BANNER:
+            m = rx.search(text)
+            if m:
+                self._fact_once(f"train.{key}", int(m.group("v")), ln)
+        m = GRAD_CKPT.search(text)
+        if m:
+            self._fact_once("train.gradient_checkpointing", _BOOL[m.group("v").lower()], ln)
+        elif any(t in text for t in GRAD_CKPT_ON):
+            self._fact_once("train.gradient_checkpointing", True, ln)
+        m = ATTN.search(text)
+        if m:
+            self._fact_once("train.attn_implementation", m.group("v"), ln)
+        if "NVIDIA" in text:
+            m = GPU.search(text)
+            if m:
+                self._fact_once("gpu.name", m.group("v").strip(), ln)
+        if "torch" in text or "PyTorch" in text:
+            m = TORCH_VER.search(text)
+            if m:
+                self._fact_once("torch.version", m.group("v"), ln)
+        m = MODEL_NAME.search(text)
+        if m:
+            self._fact_once("model.name", m.group("v"), ln)
+        if "seq " in text and "step" in text:
+            m = re.search(r"\bseq(?:_len)?\s+(?P<v>\d+)\b", text)
+            if m:
+                self._fact_once("train.step_seq_len", int(m.group("v")), ln)

@@ -1,14 +1,197 @@
-"""Placeholder: being written."""
+"""Out-of-memory messages of every torch generation (reference/pytorch.md §3).
+
+- ≥2.2 / 2.1: "CUDA out of memory. Tried to allocate X. GPU N has a total
+  capac(i)ty of T of which F is free. [Process P has X memory in use.]*
+  [Including non-PyTorch memory, this process has X memory in use.]
+  [X allowed; ]Of the allocated memory A is allocated by PyTorch, [with X
+  allocated in private pools (e.g., CUDA Graphs), ]and R is reserved by
+  PyTorch but unallocated."
+- ≤2.0: "Tried to allocate X (GPU N; T total capacity; A already allocated;
+  F free; [C allowed; ]R reserved in total by PyTorch)" (oldest: "R cached")
+- ROCm "HIP out of memory" in either shape; ``backend:cudaMallocAsync``'s
+  multi-line "would exceed allowed memory" block; raw ``CUDA error: out of
+  memory``; cuBLAS/cuDNN/cuSOLVER/cuFFT allocation failures; the host
+  ``DefaultCPUAllocator``; Apple MPS.
+
+Clauses are matched one by one, so their order and presence may vary.
+"Tried to allocate" is the segment-rounded size, kept as printed.
+"""
 
 from __future__ import annotations
 
+import re
+
+from ..model import OomEvent, OomKind, Stack
+from ..sources import LogLine
+from ..units import parse_size_or_none
+from .base import EvidenceBuilder, TracebackTracker, line_rank, ref
+
+_SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
+
+TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE",
+            "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory")
+
+REQUEST = re.compile(rf"Tried to allocate (?:(?P<req>{_SZ})|(?P<eb>more than 1EB memory))")
+NEW_CAPACITY = re.compile(rf"GPU (?P<dev>\d+) has a total capac(?P<typo>i?)ty of (?P<cap>{_SZ})"
+                          rf"(?: of which (?P<free>{_SZ}) is free)?")
+SELF_PROC = re.compile(rf"Including non-PyTorch memory, this process has (?P<sz>{_SZ}) memory in use")
+OTHER_PROC = re.compile(rf"Process (?P<pid>\d+) has (?P<sz>{_SZ}) memory in use")
+ALLOWED = re.compile(rf"(?P<sz>{_SZ}) allowed;")
+NEW_ALLOCATED = re.compile(rf"Of the allocated memory (?P<sz>{_SZ}) is allocated by PyTorch")
+PRIVATE = re.compile(rf"with (?P<sz>{_SZ}) allocated in private pools")
+NEW_RESERVED_UNALLOC = re.compile(rf"and (?P<sz>{_SZ}) is reserved by PyTorch but unallocated")
+OLD_BLOCK = re.compile(
+    rf"\(GPU (?P<dev>\d+); (?P<cap>{_SZ}) total capacity; (?P<alloc>{_SZ}) already allocated; "
+    rf"(?P<free>{_SZ}) free;(?: (?P<allowed>{_SZ}) allowed;)? (?P<res>{_SZ}) (?:reserved in total by PyTorch|cached)")
+EXC_PREFIX = re.compile(r"^\s*(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception))\s*:\s")
+ASYNC_FIELD = re.compile(rf"^\s*(?P<key>Currently allocated|Requested|Device limit|Free \(according to CUDA\)|"
+                         rf"PyTorch limit \(set by user-supplied memory fraction\))?\s*:\s*(?P<sz>{_SZ})\s*$")
+CUDA_ERROR_OOM = re.compile(r"CUDA error: out of memory")
+LIB_ALLOC = re.compile(r"(?P<lib>CUBLAS|CUDNN|CUSOLVER|CUFFT)_(?:STATUS_)?(?:ALLOC_FAILED|NOT_ENOUGH_WORKSPACE)")
+HOST_ALLOC = re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate "
+                        r"(?P<n>\d+) bytes")
+MPS = re.compile(r"MPS backend out of memory")
+
+
+def _size(m: re.Match[str] | None, group: str = "sz") -> int | None:
+    return parse_size_or_none(m.group(group)) if m else None
+
 
 class TorchOomParser:
-    def __init__(self, path, out, *, rank_hint=None, tracebacks=None):
-        self.path, self.out = path, out
+    """Finds OOM messages; attaches the traceback that led to each."""
 
-    def feed(self, ln):
-        pass
+    def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
+                 tracebacks: TracebackTracker | None = None) -> None:
+        self.path = path
+        self.out = out
+        self.rank_hint = rank_hint
+        self.tb = tracebacks or TracebackTracker()
+        self._seen: set[tuple[int | None, str]] = set()
+        self._async: dict[int | None, dict] = {}      # rank -> pending cudaMallocAsync block
 
-    def finish(self):
-        pass
+    def feed(self, ln: LogLine) -> None:
+        text = ln.text
+        rank = line_rank(ln, self.rank_hint)
+        if self._async:
+            pending = self._async.get(rank)
+            if pending is not None and self._feed_async(pending, ln, rank):
+                return
+        if not any(t in text for t in TRIGGERS):
+            return
+        if "would exceed allowed memory" in text:
+            self._async[rank] = {"ln": ln, "fields": {}, "last_key": None, "n": 0}
+            return
+        event = self._parse_line(text, ln, rank)
+        if event is None:
+            return
+        key = (rank, text.strip()[:300])
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.out.ooms.append(event)
+
+    def finish(self) -> None:
+        for rank in list(self._async):
+            self._emit_async(self._async.pop(rank), rank)
+
+    # ------------------------------------------------------------ one line
+
+    def _parse_line(self, text: str, ln: LogLine, rank: int | None) -> OomEvent | None:
+        m_exc = EXC_PREFIX.match(text)
+        exc = m_exc.group("exc") if m_exc else ""
+        stack = self._stack(rank)
+        m_req = REQUEST.search(text)
+        if m_req and ("out of memory" in text or "OutOfMemory" in text):
+            kind = OomKind.HIP if "HIP out of memory" in text else OomKind.CACHING_ALLOCATOR
+            return self._caching(text, ln, rank, kind, exc, stack, m_req)
+        m = HOST_ALLOC.search(text)
+        if m:
+            return OomEvent(OomKind.HOST, ref(self.path, ln), rank, None, requested_bytes=int(m.group("n")),
+                            exception=exc or "RuntimeError", message_format="DefaultCPUAllocator", stack=stack)
+        m = LIB_ALLOC.search(text)
+        if m:
+            kind = OomKind.CUBLAS if m.group("lib") == "CUBLAS" else (
+                OomKind.CUDNN if m.group("lib") == "CUDNN" else OomKind.OTHER)
+            return OomEvent(kind, ref(self.path, ln), rank, exception=exc, message_format=m.group(0), stack=stack)
+        if CUDA_ERROR_OOM.search(text):
+            return OomEvent(OomKind.CUDA_ERROR, ref(self.path, ln), rank, exception=exc,
+                            message_format="CUDA error: out of memory", stack=stack)
+        if MPS.search(text):
+            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, exception=exc, message_format="MPS", stack=stack)
+        if "CUDA out of memory" in text or "HIP out of memory" in text:
+            # e.g. a message cut before "Tried to allocate"
+            kind = OomKind.HIP if "HIP" in text else OomKind.CACHING_ALLOCATOR
+            return OomEvent(kind, ref(self.path, ln), rank, exception=exc, truncated=True, stack=stack,
+                            message_format="truncated")
+        return None
+
+    def _caching(self, text: str, ln: LogLine, rank: int | None, kind: OomKind, exc: str, stack: Stack,
+                 m_req: re.Match[str]) -> OomEvent:
+        requested = parse_size_or_none(m_req.group("req")) if m_req.group("req") else 2**60
+        old = OLD_BLOCK.search(text)
+        others = tuple((int(m.group("pid")), b) for m in OTHER_PROC.finditer(text)
+                       if (b := _size(m)) is not None)
+        if old:
+            alloc = parse_size_or_none(old.group("alloc"))
+            res = parse_size_or_none(old.group("res"))
+            return OomEvent(
+                kind, ref(self.path, ln), rank, int(old.group("dev")), requested_bytes=requested,
+                capacity_bytes=parse_size_or_none(old.group("cap")), free_bytes=parse_size_or_none(old.group("free")),
+                allowed_bytes=parse_size_or_none(old.group("allowed")) if old.group("allowed") else None,
+                allocated_bytes=alloc, reserved_bytes=res,
+                reserved_unallocated_bytes=(res - alloc) if res is not None and alloc is not None else None,
+                other_processes=others, message_format="<=2.0", exception=exc, stack=stack)
+        cap = NEW_CAPACITY.search(text)
+        alloc = _size(NEW_ALLOCATED.search(text))
+        ru = _size(NEW_RESERVED_UNALLOC.search(text))
+        private = _size(PRIVATE.search(text))
+        reserved = alloc + ru if alloc is not None and ru is not None else None
+        fmt = ""
+        if cap:
+            fmt = "2.1" if cap.group("typo") == "" or "max_split_size_mb to avoid" in text else ">=2.2"
+        truncated = cap is None or alloc is None or ru is None
+        return OomEvent(
+            kind, ref(self.path, ln), rank, int(cap.group("dev")) if cap else None, requested_bytes=requested,
+            capacity_bytes=_size(cap, "cap"), free_bytes=_size(cap, "free") if cap and cap.group("free") else None,
+            allowed_bytes=_size(ALLOWED.search(text)), allocated_bytes=alloc, reserved_bytes=reserved,
+            reserved_unallocated_bytes=ru, process_in_use_bytes=_size(SELF_PROC.search(text)),
+            other_processes=others, private_pool_bytes=private, message_format=fmt or "truncated",
+            exception=exc, stack=stack, truncated=truncated)
+
+    # ------------------------------------------------------- cudaMallocAsync
+
+    def _feed_async(self, pending: dict, ln: LogLine, rank: int | None) -> bool:
+        m = ASYNC_FIELD.match(ln.text)
+        if m is None:
+            stripped = ln.text.strip()
+            if stripped.startswith("PyTorch limit"):
+                pending["last_key"] = "PyTorch limit"
+                return True
+            self._emit_async(self._async.pop(rank), rank)
+            return False
+        key = m.group("key") or pending["last_key"] or ""
+        pending["fields"][key.split(" (")[0]] = parse_size_or_none(m.group("sz"))
+        pending["n"] += 1
+        if pending["n"] >= 6:
+            self._emit_async(self._async.pop(rank), rank)
+        return True
+
+    def _emit_async(self, pending: dict, rank: int | None) -> None:
+        f = pending["fields"]
+        ln: LogLine = pending["ln"]
+        m_dev = re.search(r"Allocation on device (\d+)", ln.text)
+        m_exc = EXC_PREFIX.match(ln.text)
+        exc = m_exc.group("exc") if m_exc else ""
+        limit = f.get("PyTorch limit")
+        key = (rank, ln.text.strip()[:300] + str(sorted(f.items())))
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.out.ooms.append(OomEvent(
+            OomKind.MALLOC_ASYNC, ref(self.path, ln), rank, int(m_dev.group(1)) if m_dev else None,
+            requested_bytes=f.get("Requested"), capacity_bytes=f.get("Device limit"),
+            free_bytes=f.get("Free"), allowed_bytes=limit, allocated_bytes=f.get("Currently allocated"),
+            message_format="malloc_async", exception=exc, stack=self._stack(rank)))
+
+    def _stack(self, rank: int | None) -> Stack:
+        return self.tb.stack_for(rank)

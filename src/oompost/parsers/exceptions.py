@@ -1,0 +1,97 @@
+"""The exception that ends a traceback, when it is not an OOM or NCCL error.
+
+Configuration mistakes stop runs outright and must be told apart from memory
+failures (DESIGN.md: ``config_error``): DeepSpeed's pydantic validation
+(multi-line: the model, then the field, then the reason), its batch-size
+assertion, ``DeepSpeedConfigError`` / ``ZeRORuntimeException``, ``"auto"``
+values that reach arithmetic (``TypeError`` inside deepspeed/runtime/config.py),
+an unknown ``PYTORCH_CUDA_ALLOC_CONF`` key.  Every other exception becomes a
+generic ``PYTHON_EXCEPTION`` failure so rank attribution knows the rank died
+of its own error.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..model import Failure, FailureKind, Stack
+from ..sources import LogLine
+from .base import EvidenceBuilder, TracebackTracker, line_rank, ref
+
+EXC_LINE = re.compile(r"^\s*(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError)"
+                      r"(?::\s?(?P<msg>.*))?$")
+SKIP = ("out of memory", "OutOfMemoryError", "DistBackendError", "NCCL", "ChildFailedError",
+        "DefaultCPUAllocator", "ALLOC_FAILED", "ProcessExitedException")
+CONFIG_TEXTS = ("Check batch related parameters", "train_batch_size is not equal to",
+                "Either train_batch_size or train_micro_batch_size_per_gpu",
+                "bfloat16 and fp16 modes cannot be simultaneously enabled", "Partial offloading only supported",
+                "in CUDA allocator config", "You are using ZeRO-Offload with a client provided optimizer",
+                "deprecated version of ZeRO Stage 1", "Cannot provide deprecated parameter",
+                "Duplicate GPU detected", "zero_force_ds_cpu_optimizer")
+CONFIG_EXC = ("DeepSpeedConfigError", "ZeRORuntimeException")
+
+
+class ExceptionParser:
+    def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
+                 tracebacks: TracebackTracker | None = None) -> None:
+        self.path = path
+        self.out = out
+        self.rank_hint = rank_hint
+        self.tb = tracebacks or TracebackTracker()
+        self._pending: dict[int | None, dict] = {}    # pydantic ValidationError continuation lines
+
+    def feed(self, ln: LogLine) -> None:
+        rank = line_rank(ln, self.rank_hint)
+        pending = self._pending.get(rank)
+        if pending is not None:
+            if self._continue(pending, ln):
+                return
+            self._emit(self._pending.pop(rank))
+        if not self.tb.closed_on(rank, ln.lineno):
+            return
+        text = ln.text
+        if any(s in text for s in SKIP):
+            return
+        m = EXC_LINE.match(text)
+        if m is None:
+            return
+        exc, msg = m.group("exc"), (m.group("msg") or "").strip()
+        stack = self.tb.stack_for(rank)
+        record = {"exc": exc, "msg": msg, "ln": ln, "rank": rank, "stack": stack, "extra": [], "kind": None}
+        if exc.endswith("ValidationError"):
+            record["kind"] = FailureKind.CONFIG_VALIDATION
+            self._pending[rank] = record
+            return
+        if exc.split(".")[-1] in CONFIG_EXC or any(t in msg for t in CONFIG_TEXTS):
+            record["kind"] = FailureKind.CONFIG_VALIDATION
+        elif exc.endswith("TypeError") and _in_deepspeed_config(stack) and "str" in msg:
+            record["kind"] = FailureKind.CONFIG_VALIDATION
+            record["msg"] = msg + ' (a "auto" value reached DeepSpeed; only the HF integration fills those)'
+        else:
+            record["kind"] = FailureKind.PYTHON_EXCEPTION
+        self._emit(record)
+
+    def finish(self) -> None:
+        for rank in list(self._pending):
+            self._emit(self._pending.pop(rank))
+
+    def _continue(self, pending: dict, ln: LogLine) -> bool:
+        t = ln.text.rstrip()
+        if not t or len(pending["extra"]) >= 12 or t.startswith(("[20", "Traceback", "[rank", "W1", "E1", "I1")):
+            return False
+        if "errors.pydantic.dev" in t:
+            return True
+        pending["extra"].append(t.strip())
+        return True
+
+    def _emit(self, r: dict) -> None:
+        msg = r["msg"]
+        if r["extra"]:
+            msg = (msg + ": " if msg else "") + "; ".join(r["extra"])
+        self.out.failures.append(Failure(r["kind"], ref(self.path, r["ln"]), r["rank"], message=msg[:1000],
+                                         exception=r["exc"], stack=r["stack"]))
+
+
+def _in_deepspeed_config(stack: Stack) -> bool:
+    return any("deepspeed/runtime/config" in f.filename or "deepspeed/runtime/zero/config" in f.filename
+               for f in stack.frames[-4:])

@@ -1,0 +1,198 @@
+"""The Report: the one object every renderer reads, and its JSON contract.
+
+Everything a renderer shows is here, already computed and in plain values
+(bytes as ints, texts as str); renderers only format.  ``to_json()`` gives
+DESIGN.md's ``oompost.report/1`` contract plus additive fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .classify.base import Finding
+from .model import InputInfo, SourceRef
+
+SCHEMA = "oompost.report/1"
+
+
+@dataclass(frozen=True, slots=True)
+class OomSummary:
+    """The first failing rank's OOM, as DESIGN.md's ``oom`` object."""
+
+    rank: int | None
+    device: int | None
+    requested_bytes: int | None
+    requested_tensor_bytes: int | None
+    capacity_bytes: int | None
+    limit_bytes: int | None
+    free_bytes: int | None
+    allocated_bytes: int | None
+    reserved_unallocated_bytes: int | None
+    process_in_use_bytes: int | None
+    kind: str = ""
+    limit_source: str = ""                # "allowed" (memory fraction) | "capacity" | "snapshot"
+    message_format: str = ""
+    exception: str = ""
+    ref: SourceRef | None = None
+    phase: str = ""                       # where the failing allocation sits
+    location: str = ""                    # innermost user frame, "file.py:123 in fn"
+    other_processes_bytes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank, "device": self.device, "requested_bytes": self.requested_bytes,
+            "requested_tensor_bytes": self.requested_tensor_bytes, "capacity_bytes": self.capacity_bytes,
+            "limit_bytes": self.limit_bytes, "free_bytes": self.free_bytes, "allocated_bytes": self.allocated_bytes,
+            "reserved_unallocated_bytes": self.reserved_unallocated_bytes,
+            "process_in_use_bytes": self.process_in_use_bytes,
+            "kind": self.kind, "limit_source": self.limit_source, "message_format": self.message_format,
+            "exception": self.exception, "phase": self.phase, "location": self.location,
+            "other_processes_bytes": self.other_processes_bytes,
+            "source": self.ref.to_json() if self.ref else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RankView:
+    rank: int
+    failed: bool
+    first: bool
+    peak_bytes: int | None = None
+    exitcode: int | None = None
+    cause_hint: str = ""
+    line: SourceRef | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "failed": self.failed, "first": self.first, "peak_bytes": self.peak_bytes,
+                "exitcode": self.exitcode, "cause_hint": self.cause_hint,
+                "source": self.line.to_json() if self.line else None}
+
+
+@dataclass(frozen=True, slots=True)
+class RerunView:
+    """DESIGN.md's ``rerun`` object plus what a person needs to trust it."""
+
+    ds_config: dict[str, Any] | None
+    ds_config_diff: dict[str, Any]
+    env: dict[str, str]
+    trainer_args: dict[str, Any]
+    predicted_peak_bytes: int | None
+    device_bytes: int | None
+    changes: tuple[str, ...] = ()
+    fits: bool | None = None
+    host_bytes: int | None = None
+    global_batch_kept: float | None = None
+    validated_by_deepspeed: bool | None = None
+    validation_errors: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    alternatives: tuple[str, ...] = ()
+    breakdown: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ds_config": self.ds_config, "ds_config_diff": self.ds_config_diff, "env": self.env,
+                "trainer_args": self.trainer_args, "predicted_peak_bytes": self.predicted_peak_bytes,
+                "device_bytes": self.device_bytes, "changes": list(self.changes), "fits": self.fits,
+                "host_bytes": self.host_bytes, "global_batch_kept": self.global_batch_kept,
+                "validated_by_deepspeed": self.validated_by_deepspeed,
+                "validation_errors": list(self.validation_errors), "notes": list(self.notes),
+                "alternatives": list(self.alternatives), "breakdown": dict(self.breakdown)}
+
+
+@dataclass(frozen=True, slots=True)
+class CounterfactualView:
+    setting: str
+    oom: bool
+    peak_reserved_bytes: int | None
+    note: str = ""
+    source: str = "replay"                # "replay" (allocator simulation) | "estimate"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"setting": self.setting, "oom": self.oom, "peak_reserved_bytes": self.peak_reserved_bytes,
+                "note": self.note, "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesPoint:
+    """One point of a memory timeline (snapshot trace index or training step)."""
+
+    x: float
+    allocated: int | None
+    reserved: int | None
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StackView:
+    label: str                            # innermost user frame
+    bytes: int
+    count: int
+    frames: tuple[str, ...] = ()          # "file:line in fn", innermost first
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentBlockView:
+    offset: int
+    size: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentView:
+    address: int
+    total_size: int
+    segment_type: str
+    stream: int
+    blocks: tuple[SegmentBlockView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    cause: str
+    sub_cause: str | None
+    confidence: float
+    summary: str
+    findings: tuple[Finding, ...]
+    oom: OomSummary | None
+    ranks: tuple[RankView, ...]
+    rerun: RerunView | None
+    counterfactuals: tuple[CounterfactualView, ...]
+    inputs: tuple[InputInfo, ...]
+    timeline: tuple[SeriesPoint, ...] = ()
+    timeline_source: str = ""             # "snapshot" | "steps" | ""
+    timeline_unit: str = ""               # "trace event" | "step"
+    top_stacks: tuple[StackView, ...] = ()
+    segments: tuple[SegmentView, ...] = ()
+    estimate: dict[str, Any] | None = None
+    facts: tuple[tuple[str, str], ...] = ()       # (name, value) for the "run" table
+    warnings: tuple[str, ...] = ()
+    version: str = ""
+    redacted: bool = False
+
+    @property
+    def primary(self) -> Finding | None:
+        return next((f for f in self.findings if f.primary), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "cause": self.cause,
+            "sub_cause": self.sub_cause,
+            "confidence": round(self.confidence, 3),
+            "summary": self.summary,
+            "findings": [f.to_json() for f in self.findings],
+            "oom": self.oom.to_json() if self.oom else None,
+            "ranks": [r.to_json() for r in self.ranks],
+            "rerun": self.rerun.to_json() if self.rerun else None,
+            "counterfactuals": [c.to_json() for c in self.counterfactuals] or None,
+            "inputs": [{"path": i.path, "kind": i.kind.value, "warnings": list(i.warnings)} for i in self.inputs],
+            "timeline": {"source": self.timeline_source, "unit": self.timeline_unit,
+                         "points": [[p.x, p.allocated, p.reserved] for p in self.timeline]} if self.timeline else None,
+            "top_stacks": [{"label": s.label, "bytes": s.bytes, "count": s.count, "frames": list(s.frames)}
+                           for s in self.top_stacks],
+            "estimate": self.estimate,
+            "facts": {k: v for k, v in self.facts},
+            "warnings": list(self.warnings),
+            "oompost_version": self.version,
+            "redacted": self.redacted,
+        }
