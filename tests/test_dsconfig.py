@@ -409,7 +409,7 @@ def test_duplicate_keys_in_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_cli_batch_mismatch_exit_1_and_text(tmp_path: Path) -> None:
     path = _write(tmp_path, BATCH_MISMATCH)
     result = CliRunner().invoke(check, [str(path), "--world-size", "2"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 5, result.output
     assert "DeepSpeed 0.19.8 rejects it for 2 GPUs" in result.output and "FAIL" in result.output
     assert BATCH_TEXT in _message_column(result.output)
     ok = CliRunner().invoke(check, [str(path), "--world-size", "1"])
@@ -430,7 +430,7 @@ def test_cli_json_format(tmp_path: Path) -> None:
 @needs_deepspeed
 def test_cli_hf_flag(tmp_path: Path) -> None:
     path = _write(tmp_path, HF_ZERO3)
-    assert CliRunner().invoke(check, [str(path)]).exit_code == 1
+    assert CliRunner().invoke(check, [str(path)]).exit_code == 5
     assert CliRunner().invoke(check, [str(path), "--hf", "-n", "4"]).exit_code == 0
 
 

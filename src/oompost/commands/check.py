@@ -1,10 +1,9 @@
 """``oompost check ds_config.json [--world-size N]``: DeepSpeed's verdict plus
 lint, before a job is queued.
 
-Exit codes: 0 no errors, 1 DeepSpeed rejects the config or lint found an
-error, 3 unreadable input (one-line reason on stderr).  The lead wires this
-command into the CLI group; it is importable as
-``from oompost.commands.check import check``.
+Exit codes: 0 no errors, 5 DeepSpeed rejects the config or lint found an
+error, 3 unreadable input (one-line reason on stderr).  (1 stays what
+DESIGN.md makes it for every command: an internal error.)
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import orjson
 from ..dsconfig.lint import CheckResult, LintMessage, check_config
 from ..errors import InputError
 
+EXIT_CONFIG_ERRORS = 5
 _SEVERITY_LABEL = {"error": "ERROR", "warning": "WARN", "info": "info"}
 
 
@@ -48,7 +48,7 @@ def check(ctx: click.Context, config: Path, world_size: int | None, fmt: str, hf
         click.echo(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode())
     else:
         click.echo(render_text(result))
-    ctx.exit(0 if result.ok else 1)
+    ctx.exit(0 if result.ok else EXIT_CONFIG_ERRORS)
 
 
 def _verdict(result: CheckResult) -> str:

@@ -622,8 +622,20 @@ def spec_from_param_count(n: int | float | str) -> ModelSpec:
     count = parse_param_count(n) if isinstance(n, str) else int(n)
     if not count or count <= 0:
         raise ValueError(f"not a parameter count: {n!r}")
+    # an exact published model first (a log that prints 1,543,714,304 is Qwen2.5-1.5B)
+    for key in _PRESET_CONFIGS:
+        spec = preset(key)
+        if abs(spec.n_params - count) <= 0.002 * count:
+            return replace(spec, source=f"preset {key} (same parameter count as the log's {count:,})")
     best = min(_COUNT_FAMILY, key=lambda k: abs(math.log(preset(k).n_params / count)))
-    return replace(preset(best), source=f"nearest Llama-shaped preset to {count:,} params")
+    spec = preset(best)
+    # scale the depth so the count matches: model states depend on the count, activations on the shape
+    embed = spec.vocab * spec.hidden * (1 if spec.tied_embeddings else 2)
+    per_layer = max(1, (spec.n_params - embed) // spec.layers)
+    layers = max(1, round((count - embed) / per_layer))
+    scaled = replace(spec, layers=layers, approximate=True,
+                     source=f"{best} shape with {layers} layers, standing in for {count:,} params")
+    return scaled
 
 
 def load_model_spec(arg: str) -> ModelSpec:

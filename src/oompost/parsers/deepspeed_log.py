@@ -73,8 +73,9 @@ class DeepSpeedLogParser:
             return
         m = LOGGER.match(text)
         msg = m.group("msg") if m else text
+        if self._in_dump and m is None:
+            return                  # a multi-line value of the dump (e.g. a pretty-printed sub-config)
         if m is None and not any(t in text for t in TRIGGERS):
-            self._in_dump = False
             self._prev_msg = text.strip()
             return
         rank = line_rank(ln, self.rank_hint)

@@ -59,12 +59,15 @@ TORCH_VER = re.compile(r"\b(?:torch|PyTorch)(?: version)?[ =:]+(?:\.+ )?(?P<v>\d
 MODEL_NAME = re.compile(r"(?:model_name_or_path|model_name|pretrained_model_name_or_path)\s*[=:]\s*['\"]?"
                         r"(?P<v>[\w./-]+)")
 
+BATCH_SHAPE = re.compile(r"(?:input_ids|batch|shape)[^\n]{0,40}?(?:torch\.Size\(\[|\[|\()(?P<b>\d+), (?P<s>\d{2,6})[\])]")
+TOKENS = re.compile(r"padded to (?P<v>\d{2,7}) tokens|\b(?P<v2>\d{3,7})-token (?:document|sample|sequence)")
+
 _BOOL = {"true": True, "1": True, "false": False, "0": False}
 
 
 class StepParser:
     TRIGGERS = ("step", "Step", "iter", "param", "batch", "seq", "length", "checkpoint", "attn", "NVIDIA",
-                "torch", "PyTorch", "model", "accumulation", "world_size", "lora", "block_size")
+                "torch", "PyTorch", "model", "accumulation", "world_size", "lora", "block_size", "token", "shape")
 
     def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
                  tracebacks: TracebackTracker | None = None) -> None:
@@ -171,3 +174,11 @@ class StepParser:
             m = re.search(r"\bseq(?:_len)?\s+(?P<v>\d+)\b", text)
             if m:
                 self._fact_once("train.step_seq_len", int(m.group("v")), ln)
+        m = BATCH_SHAPE.search(text)
+        if m:
+            self._fact_once("train.step_seq_len", int(m.group("s")), ln)
+            self._fact_once("train.step_batch", int(m.group("b")), ln)
+        else:
+            m = TOKENS.search(text)
+            if m:
+                self._fact_once("train.step_seq_len", int(m.group("v") or m.group("v2")), ln)

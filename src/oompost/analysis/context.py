@@ -1,0 +1,188 @@
+"""Everything the rules reason with, computed once from the Evidence.
+
+``build_context`` picks the first failing rank and its OOM, the memory limit
+(the ``allowed`` cap when a memory fraction was set, else the capacity), the
+phase of the failing allocation, the run's configuration, the step series of
+that rank, the snapshot of that rank with its metrics and allocator-replay
+counterfactuals, and the memory model's estimates for the configured run and
+for its smallest form (micro-batch 1, full recompute) — the capacity test.
+Pure: no I/O, nothing mutated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..estimate.memory import Estimate, TrainSetup, estimate
+from ..estimate.models import ModelSpec, spec_from_param_count
+from ..model import Evidence, Failure, OomEvent, Snapshot
+from .phase import Phase, PhaseMatch, classify_frames, user_location
+from .ranks import RankRow, first_failing_rank, rank_table
+from .setup import RunSetup, build_setup
+from .steps import StepPoint, step_series
+
+
+@dataclass(frozen=True)
+class Context:
+    evidence: Evidence
+    setup: RunSetup
+    ranks: tuple[RankRow, ...]
+    first_rank: int | None
+    oom: OomEvent | None
+    limit_bytes: int | None
+    limit_source: str                              # "allowed" | "capacity" | "snapshot" | ""
+    phase: PhaseMatch
+    location: str
+    steps: tuple[StepPoint, ...]
+    snapshot: Snapshot | None
+    snapshot_metrics: Any = None                   # analysis.snapshot_metrics.SnapshotMetrics
+    counterfactuals: tuple[Any, ...] = ()          # analysis.replay.Counterfactual
+    spec: ModelSpec | None = None
+    train_setup: TrainSetup | None = None
+    estimate: Estimate | None = None               # the configured run
+    estimate_min: Estimate | None = None           # micro-batch 1, full recompute
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    # ---- convenience for rules
+    def failures_of(self, *kinds: Any) -> tuple[Failure, ...]:
+        return tuple(f for f in self.evidence.failures if f.kind in kinds)
+
+    @property
+    def has_memory_failure(self) -> bool:
+        from ..model import FailureKind
+
+        return bool(self.evidence.ooms) or any(
+            f.kind in (FailureKind.NCCL_CUDA_OOM, FailureKind.HOST_OOM_KILL, FailureKind.NCCL_HOST_ALLOC,
+                       FailureKind.PINNED_HOST) for f in self.evidence.failures)
+
+
+def _first_oom(ev: Evidence, first_rank: int | None) -> OomEvent | None:
+    """The first failing rank's OOM; GPU OOMs before host ones."""
+    if not ev.ooms:
+        return None
+    mine = [o for o in ev.ooms if first_rank is None or o.rank in (first_rank, None)] or list(ev.ooms)
+    complete = [o for o in mine if not o.truncated] or mine
+    return complete[0]
+
+
+def _snapshot_for(ev: Evidence, rank: int | None) -> Snapshot | None:
+    if not ev.snapshots:
+        return None
+    if rank is not None:
+        for s in ev.snapshots:
+            if s.meta.get("rank") == rank:
+                return s
+    with_oom = [s for s in ev.snapshots if any(e.action == "oom" for t in s.traces for e in t)]
+    return (with_oom or list(ev.snapshots))[0]
+
+
+def _limit(oom: OomEvent | None, snap: Snapshot | None, metrics: Any, ev: Evidence) -> tuple[int | None, str]:
+    if oom is not None:
+        if oom.allowed_bytes is not None:
+            return oom.allowed_bytes, "allowed"
+        if oom.capacity_bytes is not None:
+            return oom.capacity_bytes, "capacity"
+    if snap is not None:
+        lim = snap.meta.get("limit")
+        if isinstance(lim, int) and lim > 0:
+            return lim, "snapshot"
+        cb = getattr(metrics, "cap_bounds", None) if metrics is not None else None
+        if cb is not None and cb.exact:
+            return cb.exact, "snapshot"
+        total = snap.meta.get("device_total")
+        if isinstance(total, int):
+            return total, "snapshot"
+    from .gpus import capacity_from_name
+
+    by_name = capacity_from_name(ev.fact_value("gpu.name"))
+    if by_name:
+        return by_name, "gpu name"
+    return None, ""
+
+
+def _spec(setup: RunSetup) -> ModelSpec | None:
+    n = setup.get("model_params")
+    if not n:
+        return None
+    try:
+        return spec_from_param_count(int(n))
+    except (ValueError, KeyError):
+        return None
+
+
+def make_train_setup(setup: RunSetup, **overrides: Any) -> TrainSetup:
+    """The estimator's TrainSetup for this run (overrides win)."""
+    attn = str(setup.get("attn", "sdpa"))
+    attn = "flash" if attn.startswith("flash") else ("eager" if attn == "eager" else "sdpa")
+    base: dict[str, Any] = {
+        "zero_stage": int(setup.get("zero_stage", 0) or 0) if setup.deepspeed else 0,
+        "offload_optimizer": setup.offload_optimizer, "offload_param": setup.offload_param,
+        "dtype": setup.dtype, "world_size": int(setup.get("world_size", 1) or 1),
+        "micro_batch": int(setup.get("micro_batch", 1) or 1), "seq_len": int(setup.get("seq_len", 1024) or 1024),
+        "grad_ckpt": bool(setup.get("grad_ckpt", False)), "attn": attn,
+        "lora_rank": setup.get("lora_r"), "deepspeed": setup.deepspeed,
+    }
+    base.update(overrides)
+    if setup.ds_config:
+        try:
+            return TrainSetup.from_ds_config(setup.ds_config, **base)
+        except (TypeError, ValueError):
+            pass
+    return TrainSetup(**base)
+
+
+def build_context(ev: Evidence) -> Context:
+    from .snapshot_metrics import oom_metrics
+
+    setup = build_setup(ev)
+    ranks = rank_table(ev)
+    first = first_failing_rank(ev)
+    oom = _first_oom(ev, first)
+    if first is None and oom is not None:
+        first = oom.rank
+    snap = _snapshot_for(ev, oom.rank if oom else first)
+    metrics = None
+    notes: list[str] = []
+    if snap is not None:
+        try:
+            metrics = oom_metrics(snap, request_bytes=oom.requested_bytes if oom else None,
+                                  limit_bytes=(oom.limit_bytes if oom else None))
+        except Exception as e:  # a malformed snapshot must not stop the analysis
+            notes.append(f"snapshot metrics unavailable: {type(e).__name__}: {e}")
+    limit, limit_source = _limit(oom, snap, metrics, ev)
+    if oom is not None and oom.stack.frames:
+        phase = classify_frames(oom.stack.frames, innermost_first=False)
+        loc = user_location(oom.stack.frames, innermost_first=False)
+    else:
+        phase, loc = PhaseMatch(Phase.UNKNOWN), None
+    if metrics is not None and getattr(metrics, "oom", None) is not None:
+        snap_phase = classify_frames(metrics.oom.frames, innermost_first=True)
+        if phase.phase is Phase.UNKNOWN or (phase.phase in (Phase.BACKWARD, Phase.FORWARD)
+                                            and snap_phase.phase not in (Phase.UNKNOWN,)):
+            if snap_phase.phase is not Phase.UNKNOWN:
+                phase = snap_phase
+        if loc is None:
+            loc = user_location(metrics.oom.frames, innermost_first=True)
+    steps = step_series(ev.memory, oom.rank if oom else first)
+    cfs: tuple[Any, ...] = ()
+    if snap is not None and any(snap.traces):
+        try:
+            from .replay import counterfactuals
+
+            cap = oom.allowed_bytes if oom is not None else None
+            cfs = tuple(counterfactuals(snap, cap=cap))
+        except Exception as e:
+            notes.append(f"allocator replay unavailable: {type(e).__name__}: {e}")
+    spec = _spec(setup)
+    ts = est = est_min = None
+    if spec is not None:
+        try:
+            ts = make_train_setup(setup)
+            est = estimate(spec, ts, device_bytes=limit)
+            est_min = estimate(spec, make_train_setup(setup, micro_batch=1, grad_ckpt=True), device_bytes=limit)
+        except (TypeError, ValueError) as e:
+            notes.append(f"memory model unavailable: {e}")
+    location = f"{loc.filename}:{loc.line} in {loc.name}" if loc else ""
+    return Context(ev, setup, ranks, first, oom, limit, limit_source, phase, location, steps, snap, metrics, cfs,
+                   spec, ts, est, est_min, tuple(notes))

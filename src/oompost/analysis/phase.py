@@ -1,0 +1,183 @@
+"""Where in the training program a failing allocation sits.
+
+The stack of the OOM (a Python traceback, outermost first, or a snapshot's
+``oom`` trace entry, innermost first) is scanned from the innermost frame
+outwards; the first frame that a marker recognises decides the phase.  The
+phase is what lets the rules tell model states (built once, at start-up or at
+the first step) from activations (every forward/backward) from communication
+buffers (DeepSpeed buckets, ZeRO-3 gathers, NCCL).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+from ..model import Frame
+
+
+class Phase(str, Enum):
+    MODEL_INIT = "model_init"                 # building the model (from_pretrained, __init__, weight init)
+    MODEL_TO_DEVICE = "model_to_device"       # .to("cuda") / .cuda() of the whole module (incl. DeepSpeed's)
+    ZERO_INIT = "zero_init"                   # DeepSpeed engine / ZeRO optimizer construction: flat buffers, partitions
+    OPTIMIZER_INIT = "optimizer_init"         # optimizer state creation (Adam moments, fp32 master copies)
+    GRAD_PARTITION = "grad_partition"         # ZeRO gradient partition buffers (a model state, built at the first backward)
+    OPTIMIZER_STEP = "optimizer_step"
+    DS_BUCKET = "ds_bucket"                   # DeepSpeed reduce/allgather/IPG buckets
+    ZERO3_GATHER = "zero3_gather"             # ZeRO-3 parameter all-gather / prefetch working set
+    COLLECTIVE = "collective"                 # torch.distributed collectives / NCCL communicator creation
+    FORWARD = "forward"
+    LOGITS = "logits"                         # lm_head output
+    LOSS = "loss"                             # cross-entropy and its fp32 temporaries
+    BACKWARD = "backward"
+    GENERATION = "generation"                 # generate() / KV cache
+    CHECKPOINT_LOAD = "checkpoint_load"
+    PIN_MEMORY = "pin_memory"                 # host pinned buffers (offload, DataLoader pin_memory)
+    UNKNOWN = "unknown"
+
+    @property
+    def is_model_state(self) -> bool:
+        return self in _MODEL_STATE
+
+    @property
+    def is_activation(self) -> bool:
+        return self in _ACTIVATION
+
+    @property
+    def is_comm(self) -> bool:
+        return self in (Phase.DS_BUCKET, Phase.ZERO3_GATHER, Phase.COLLECTIVE)
+
+
+_MODEL_STATE = {Phase.MODEL_INIT, Phase.MODEL_TO_DEVICE, Phase.ZERO_INIT, Phase.OPTIMIZER_INIT,
+                Phase.GRAD_PARTITION, Phase.OPTIMIZER_STEP, Phase.CHECKPOINT_LOAD}
+_ACTIVATION = {Phase.FORWARD, Phase.LOGITS, Phase.LOSS, Phase.BACKWARD, Phase.GENERATION}
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseMatch:
+    phase: Phase
+    frame: Frame | None = None
+    why: str = ""
+
+
+# (phase, filename substring or None, function-name regex or None, code regex or None, why)
+_MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
+    # DeepSpeed communication buffers
+    (Phase.DS_BUCKET, "deepspeed/", r"setup_buckets|ipg|allocate_ipg|__add_grad_to_ipg_bucket|all_gather_dp_groups",
+     None, "DeepSpeed reduce/allgather bucket"),
+    (Phase.DS_BUCKET, "deepspeed/", None, r"reduce_bucket_size|allgather_bucket_size|ipg_buffer|bucket\.buffer",
+     "DeepSpeed bucket allocation"),
+    (Phase.ZERO3_GATHER, "deepspeed/runtime/zero/partition", r"all_gather|allgather|_all_gather", None,
+     "ZeRO-3 parameter all-gather"),
+    (Phase.ZERO3_GATHER, "deepspeed/runtime/zero/partitioned_param_coordinator", r"fetch_sub_module|all_gather",
+     None, "ZeRO-3 prefetch / fetch"),
+    # DeepSpeed model states
+    (Phase.GRAD_PARTITION, "deepspeed/", r"copy_grads_in_partition|partition_grads|_create_grad_partition|"
+     r"initialize_gradient_partition", None, "ZeRO gradient partition"),
+    (Phase.OPTIMIZER_INIT, "deepspeed/", r"initialize_optimizer_states|_setup_for_real_optimizer|"
+     r"_create_fp32_partitions|_create_fp16_partitions", None, "ZeRO optimizer-state initialisation"),
+    (Phase.MODEL_TO_DEVICE, "deepspeed/", r"_configure_distributed_model", None,
+     "DeepSpeed moves the whole module to the GPU"),
+    (Phase.ZERO_INIT, "deepspeed/", r"flatten_dense_tensors_aligned|_flatten|__init__|_configure_zero_optimizer|"
+     r"_configure_optimizer|initialize|partition|_convert_to_deepspeed_param|_post_init_method", None,
+     "DeepSpeed engine / ZeRO initialisation"),
+    (Phase.OPTIMIZER_STEP, "deepspeed/", r"^step$|_optimizer_step|unscale_and_clip|_update_model", None,
+     "DeepSpeed optimizer step"),
+    # torch.distributed
+    (Phase.COLLECTIVE, "torch/distributed/distributed_c10d", None, None, "torch.distributed collective"),
+    # checkpoints, host memory
+    (Phase.CHECKPOINT_LOAD, None, r"load_checkpoint|_load_zero_checkpoint|load_state_dict|_load_from_state_dict", None,
+     "checkpoint load"),
+    (Phase.CHECKPOINT_LOAD, "torch/serialization", None, None, "torch.load"),
+    (Phase.PIN_MEMORY, None, r"pin_memory|_pin_memory_loop", None, "pinned host memory"),
+    # generation
+    (Phase.GENERATION, "transformers/generation", None, None, "generate()"),
+    (Phase.GENERATION, "cache_utils", None, None, "KV cache"),
+    (Phase.GENERATION, None, r"^generate$|_sample$|beam_search|greedy_search", None, "generation"),
+    # optimizer (torch)
+    (Phase.OPTIMIZER_STEP, "torch/optim", None, None, "torch optimizer step (first step creates its states)"),
+    # loss and logits
+    (Phase.LOSS, "transformers/loss", None, None, "loss (HF ForCausalLMLoss upcasts logits to fp32)"),
+    (Phase.LOSS, None, r"cross_entropy|nll_loss|log_softmax|loss_function|compute_loss$", None, "loss"),
+    (Phase.LOGITS, None, None, r"lm_head|logits\s*=", "lm_head / logits"),
+    # backward
+    (Phase.BACKWARD, "torch/autograd", None, None, "backward"),
+    (Phase.BACKWARD, "torch/_tensor.py", r"^backward$", None, "backward"),
+    (Phase.BACKWARD, None, r"^backward$", r"\.backward\(", "backward"),
+    # whole-module moves and model construction
+    (Phase.MODEL_TO_DEVICE, "torch/nn/modules/module.py", r"^(?:to|cuda|_apply)$", None, "module.to / .cuda()"),
+    (Phase.MODEL_INIT, "transformers/modeling_utils", r"from_pretrained|_load_pretrained_model|from_config|"
+     r"_from_config|post_init|_init_weights|init_weights", None, "model construction"),
+    # forward (module calls)
+    (Phase.FORWARD, "torch/nn/modules/module.py", r"_call_impl|_wrapped_call_impl|inner", None, "forward"),
+    (Phase.FORWARD, None, r"^forward$", None, "forward"),
+    (Phase.FORWARD, "torch/nn/functional", None, None, "forward"),
+    (Phase.FORWARD, "torch/utils/checkpoint", None, None, "forward (recomputed under checkpointing)"),
+)
+
+_COMPILED = tuple((ph, fn, re.compile(name) if name else None, re.compile(code) if code else None, why)
+                  for ph, fn, name, code, why in _MARKERS)
+
+# frames that say nothing about the phase (allocator/unwinder/C++ plumbing)
+_IGNORE_NAMES = ("unwind", "CapturedTraceback", "gather_with_cpp", "c10::", "at::", "torch::", "_start",
+                 "__libc", "PyEval_", "PyObject_", "PyFunction_")
+
+
+def _match(fr: Frame) -> tuple[Phase, str] | None:
+    filename = fr.filename.replace("\\", "/")
+    for ph, fn, name, code, why in _COMPILED:
+        if fn is not None and fn not in filename:
+            continue
+        if name is not None and not name.search(fr.name):
+            continue
+        if code is not None and not code.search(fr.code or ""):
+            continue
+        if fn is None and name is None and code is None:
+            continue
+        return ph, why
+    return None
+
+
+def _is_torch_internal(fr: Frame) -> bool:
+    f = fr.filename.replace("\\", "/")
+    return "/torch/" in f or f.startswith("torch/")
+
+
+def classify_frames(frames: tuple[Frame, ...], innermost_first: bool) -> PhaseMatch:
+    """The phase of an allocation whose stack is ``frames``.
+
+    A generic "forward" inside torch itself (``nn.Linear.forward``,
+    ``F.silu``, ``Module._call_impl``) is weak: the scan goes on outwards to
+    the first frame outside torch, which may say more (``lm_head``, the
+    loss, ``generate``)."""
+    ordered = frames if innermost_first else tuple(reversed(frames))
+    weak: PhaseMatch | None = None
+    for fr in ordered:
+        if fr.line <= 0 or any(s in fr.name for s in _IGNORE_NAMES):
+            continue
+        m = _match(fr)
+        internal = _is_torch_internal(fr)
+        if m is None:
+            if weak is not None and not internal:
+                return weak
+            continue
+        ph, why = m
+        if ph is Phase.FORWARD and internal:
+            weak = weak or PhaseMatch(ph, fr, why)
+            continue
+        return PhaseMatch(ph, fr, why)
+    return weak or PhaseMatch(Phase.UNKNOWN)
+
+
+def user_location(frames: tuple[Frame, ...], innermost_first: bool) -> Frame | None:
+    """The innermost frame in the user's own code (not torch/transformers/deepspeed/site-packages)."""
+    ordered = frames if innermost_first else tuple(reversed(frames))
+    for fr in ordered:
+        f = fr.filename.replace("\\", "/")
+        if fr.line <= 0 or "site-packages" in f or "dist-packages" in f or f.startswith("<"):
+            continue
+        if any(p in f for p in ("/torch/", "/transformers/", "/deepspeed/", "/accelerate/", "/peft/", "/trl/")):
+            continue
+        return fr
+    return None

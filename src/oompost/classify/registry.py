@@ -1,0 +1,28 @@
+"""The rules, in DESIGN.md's decision order (an explicit list: no plugin magic).
+
+Cause rules come first, in taxonomy order; advisory rules (settings that do
+nothing, rank skew, a truncated trace, a misleading hint) follow.
+"""
+
+from __future__ import annotations
+
+from .rules.activation import ActivationSpike
+from .rules.capacity import Capacity
+from .rules.checkpointing_section_unused import CheckpointingSectionUnused
+from .rules.comm_buffer import CommBuffer
+from .rules.config_error import ConfigError
+from .rules.fragmentation import Fragmentation
+from .rules.host_oom import HostOom
+from .rules.leak import Leak
+from .rules.nccl_error import NcclError
+from .rules.offload_param_ignored import OffloadParamIgnored
+from .rules.pytorch_hint import PytorchHint
+from .rules.rank_skew import RankSkew
+from .rules.trace_truncated import TraceTruncated
+from .rules.unknown import Unknown
+from .rules.zero3_without_zero_init import Zero3WithoutZeroInit
+
+CAUSE_RULES = (ConfigError(), Zero3WithoutZeroInit(), HostOom(), NcclError(), Capacity(), Leak(), CommBuffer(),
+               Fragmentation(), ActivationSpike())
+ADVICE_RULES = (OffloadParamIgnored(), CheckpointingSectionUnused(), PytorchHint(), RankSkew(), TraceTruncated())
+FALLBACK = Unknown()

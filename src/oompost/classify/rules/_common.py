@@ -1,0 +1,41 @@
+"""Small helpers shared by the rules (formatting and evidence picking only)."""
+
+from __future__ import annotations
+
+from ...analysis.context import Context
+from ...model import SourceRef
+from ...units import fmt_bytes
+
+HOLD = 0.5          # a finding "holds" (can be the primary cause) at this confidence
+
+
+def b(n: int | float | None) -> str:
+    return fmt_bytes(n)
+
+
+def oom_refs(ctx: Context) -> tuple[SourceRef, ...]:
+    return (ctx.oom.ref,) if ctx.oom is not None else ()
+
+
+def limit_label(ctx: Context) -> str:
+    if ctx.limit_source == "allowed":
+        return "the allowed cap"
+    if ctx.limit_source == "capacity":
+        return "the GPU's capacity"
+    return "the memory limit"
+
+
+def headroom(ctx: Context) -> int | None:
+    """What the process could still reserve beyond what it holds at the OOM:
+    the limit minus PyTorch's reserved memory (under a memory fraction) or the
+    card's free memory (without one)."""
+    o = ctx.oom
+    if o is None:
+        return None
+    if o.allowed_bytes is not None and o.allocated_bytes is not None and o.reserved_unallocated_bytes is not None:
+        return max(0, o.allowed_bytes - o.allocated_bytes - o.reserved_unallocated_bytes)
+    return o.free_bytes
+
+
+def step_ref(ctx: Context, n: int = 3) -> tuple[SourceRef, ...]:
+    return tuple(p.reading.ref for p in ctx.steps[-n:])

@@ -1,0 +1,149 @@
+"""ACT001 — activations (or the loss, or a KV cache) do not fit.
+
+**Cause**  Model states fit, and the failing allocation sits in forward,
+backward, the loss or generation: saved activations grow with micro-batch ×
+sequence length (attention scores with s² under eager attention), the fp32
+logits and cross-entropy temporaries grow with micro-batch × sequence ×
+vocabulary, a KV cache with batch × tokens.  Either one long batch after
+quieter steps, or every step at the configured size.
+
+**Fix**  Gradient checkpointing; a smaller micro-batch with more gradient
+accumulation (same global batch); SDPA/flash attention instead of eager; a
+chunked loss for large vocabularies; a cap on sequence length (or packing);
+a smaller generation batch.  Offloading parameters or the optimizer does not
+touch activations; fp16 and bf16 are both 2 bytes.
+"""
+
+from __future__ import annotations
+
+from ...analysis.context import Context
+from ...analysis.phase import Phase
+from ...analysis.steps import leak_trend, max_peak_allocated
+from ...analysis.whatif import fits, what_if
+from ..base import Cause, Finding, Fix, NotAFix, confidence
+from ._common import b, headroom, limit_label, oom_refs
+
+
+class ActivationSpike:
+    code = "ACT001"
+    cause = Cause.ACTIVATION_SPIKE
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        o = ctx.oom
+        if o is None or not ctx.phase.phase.is_activation:
+            return []
+        L = ctx.limit_bytes
+        A = o.allocated_bytes
+        signals: list[tuple[str, float]] = [(f"the failing allocation is in {ctx.phase.phase.value} "
+                                             f"({ctx.phase.why})", 0.25)]
+        numbers: list[tuple[str, str]] = []
+        if L:
+            numbers.append((limit_label(ctx), b(L)))
+        if A is not None:
+            numbers.append(("allocated at the OOM", b(A)))
+        prior = max_peak_allocated(ctx.steps)
+        completed = len(ctx.steps)
+        if completed:
+            signals.append((f"{completed} step(s) completed: model states fit", 0.1))
+        elif ctx.estimate_min is not None and L and ctx.estimate_min.predicted_peak_bytes < 0.9 * L:
+            signals.append((f"the smallest run (micro-batch 1, full recompute) needs "
+                            f"{b(ctx.estimate_min.predicted_peak_bytes)}", 0.1))
+        spike = False
+        if prior is not None and A is not None:
+            numbers.append(("peak allocated in earlier steps", b(prior)))
+            if A >= 1.3 * prior:
+                spike = True
+                signals.append((f"live memory at the OOM is {A / max(prior, 1):.1f}x the earlier peak: one "
+                                "larger batch", 0.3))
+        elif ctx.estimate is not None and L:
+            act = ctx.estimate.step_peak_bytes
+            numbers.append(("memory model: configured step peak", b(act)))
+            if act > L:
+                signals.append((f"the configured micro-batch × sequence length needs {b(act)} per step", 0.25))
+        elif A is not None and L and A >= 0.9 * L and (o.reserved_unallocated_bytes or 0) < 0.1 * L:
+            signals.append(("live tensors fill the limit during the step (little is cached or fragmented)", 0.25))
+        if leak_trend(ctx.steps) is not None:
+            signals.append(("allocated memory grows every step: a leak, not the step's own activations", -0.3))
+        ru = o.reserved_unallocated_bytes
+        h = headroom(ctx)
+        if o.requested_bytes and ru is not None and h is not None and o.requested_bytes > ru + h:
+            signals.append(("even unfragmented, the request does not fit", 0.05))
+        sub = self._sub(ctx)
+        fixes = self._fixes(ctx, sub)
+        numbers += [(k, v) for k, v in self._shape(ctx)]
+        return [Finding(
+            self.code, self.cause, {"kv_cache": "The KV cache of generation does not fit",
+                                    "logits": "The logits and loss temporaries do not fit",
+                                    "attention": "Eager attention scores do not fit"}.get(
+                sub or "", "Activations do not fit" + (" (one larger batch)" if spike else "")),
+            confidence(signals), evidence=oom_refs(ctx) + tuple(p.reading.ref for p in ctx.steps[-2:]),
+            fixes=tuple(fixes),
+            not_fixes=(NotAFix("offload_param / offload_optimizer", "they move model states, not activations"),
+                       NotAFix("bf16 instead of fp16 (or back)", "both are 2 bytes per value"),
+                       NotAFix("torch.cuda.empty_cache()", "the activations are live tensors"),
+                       NotAFix("lower DataLoader num_workers / pin_memory", "they use host memory")),
+            signals=tuple(signals), numbers=tuple(numbers), sub_cause=sub,
+            detail=f"The OOM is in {ctx.phase.phase.value}" + (f" at {ctx.location}" if ctx.location else "")
+                   + ". Model states fit; what no longer fits is what the step creates"
+                   + (": this batch needed far more than the earlier ones." if spike else ".")
+                   )]
+
+    @staticmethod
+    def _sub(ctx: Context) -> str | None:
+        if ctx.phase.phase is Phase.GENERATION:
+            return "kv_cache"
+        if ctx.phase.phase in (Phase.LOSS, Phase.LOGITS):
+            return "logits"
+        frames = ctx.oom.stack.frames if ctx.oom else ()
+        if any("eager_attention" in f.name or ("softmax" in f.name and "attention" in f.filename) for f in frames):
+            return "attention"
+        return None
+
+    @staticmethod
+    def _shape(ctx: Context) -> list[tuple[str, str]]:
+        s = ctx.setup
+        out = []
+        for label, key in (("micro-batch", "micro_batch"), ("sequence length", "seq_len"),
+                           ("gradient accumulation", "grad_accum"), ("gradient checkpointing", "grad_ckpt"),
+                           ("attention", "attn")):
+            v = s.get(key)
+            if v is not None:
+                out.append((label, str(v)))
+        return out
+
+    @staticmethod
+    def _fixes(ctx: Context, sub: str | None) -> list[Fix]:
+        s = ctx.setup
+        L = ctx.limit_bytes
+        out: list[Fix] = []
+        mb = int(s.get("micro_batch", 1) or 1)
+        gas = int(s.get("grad_accum", 1) or 1)
+
+        def pred(w) -> str:  # type: ignore[no-untyped-def]
+            if w is None:
+                return ""
+            return f"; predicted peak {b(w.peak)} ({'fits' if fits(w, L) else 'still too large'})"
+
+        if sub == "kv_cache":
+            out.append(Fix("code", "generation batch size", "halve it (or cap max_new_tokens)",
+                           "the KV cache grows with batch × (prompt + generated) tokens"))
+        if not s.get("grad_ckpt", False) and sub != "kv_cache":
+            w = what_if(ctx, "gradient checkpointing", grad_ckpt=True)
+            out.append(Fix("trainer_arg", "gradient_checkpointing", True,
+                           "keeps only each layer's input; recomputes the rest in backward" + pred(w)))
+        if mb > 1:
+            new = max(1, mb // 4) if mb >= 8 else max(1, mb // 2)
+            w = what_if(ctx, "smaller micro-batch", micro_batch=new, grad_accum=gas * (mb // new))
+            out.append(Fix("trainer_arg", "per_device_train_batch_size", new,
+                           f"with gradient_accumulation_steps={gas * (mb // new)} the global batch is unchanged"
+                           + pred(w)))
+        if str(s.get("attn", "")) == "eager" or sub == "attention":
+            out.append(Fix("trainer_arg", "attn_implementation", "sdpa",
+                           "eager attention materialises batch × heads × seq² scores"))
+        if sub == "logits" or (ctx.spec is not None and ctx.spec.vocab >= 100_000):
+            out.append(Fix("code", "chunked cross-entropy", "e.g. Liger kernel's fused linear cross-entropy",
+                           "fp32 logits and their gradient take ~12 bytes × batch × seq × vocabulary"))
+        if s.get("seq_len") is not None:
+            out.append(Fix("trainer_arg", "max_seq_length", "cap it (or pack sequences)",
+                           "one long document pads the whole batch to its length"))
+        return out

@@ -1,0 +1,133 @@
+"""CAP001 — the configured run can never fit on this GPU.
+
+**Cause**  Model states under the configured ZeRO stage and offload (16-bit
+weights, gradients, fp32 master weights and Adam moments: ~18 bytes/param
+before partitioning) plus DeepSpeed's start-up peak (ZeRO-1/2 hold the module
+and its flat 16-bit copy: ~4 bytes/param during ``initialize``) plus the
+activations of the smallest batch (micro-batch 1, the configured sequence
+length, full recompute) exceed what the process may use.  A small request
+failing next to some "reserved but unallocated" memory is still capacity when
+what remains to be allocated — the rest of the optimizer state — cannot fit
+either.  PyTorch's ``expandable_segments`` hint does not apply.
+
+**Fix**  Partition or move model states: a higher ZeRO stage across more
+GPUs, ``offload_optimizer`` (and at stage 3 ``offload_param``) to CPU/NVMe,
+LoRA/QLoRA, or a smaller model.  A smaller micro-batch cannot help: model
+states do not depend on it.
+"""
+
+from __future__ import annotations
+
+from ...analysis.context import Context
+from ...analysis.phase import Phase
+from ...analysis.whatif import fits, what_if
+from ..base import Cause, Finding, Fix, NotAFix, confidence
+from ._common import HOLD, b, headroom, limit_label, oom_refs
+
+_STARTUP = (Phase.MODEL_INIT, Phase.MODEL_TO_DEVICE, Phase.ZERO_INIT, Phase.OPTIMIZER_INIT, Phase.GRAD_PARTITION,
+            Phase.OPTIMIZER_STEP, Phase.CHECKPOINT_LOAD)
+
+
+class Capacity:
+    code = "CAP001"
+    cause = Cause.CAPACITY
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        o = ctx.oom
+        L = ctx.limit_bytes
+        if o is None or L is None or o.kind.value not in ("caching_allocator", "hip", "malloc_async", "cuda_error",
+                                                          "cublas", "cudnn"):
+            return []
+        signals: list[tuple[str, float]] = []
+        numbers: list[tuple[str, str]] = [(limit_label(ctx), b(L))]
+        completed = len(ctx.steps) > 0
+        startup_phase = ctx.phase.phase in _STARTUP
+        e = ctx.estimate_min
+        if e is not None:
+            need = e.predicted_peak_bytes
+            states = e.model_states_bytes
+            numbers += [("model", f"{int(ctx.setup.get('model_params')):,} params"),
+                        ("model states per GPU (configured ZeRO/offload)", b(states)),
+                        ("start-up peak (deepspeed.initialize)", b(e.startup_peak_bytes)),
+                        ("smallest run: micro-batch 1, full recompute", b(need))]
+            if need > 1.03 * L:
+                signals.append((f"even micro-batch 1 with full recompute needs {b(need)} > {b(L)}", 0.55))
+                if states > L:
+                    signals.append(("model states alone exceed " + limit_label(ctx), 0.15))
+            elif need < 0.9 * L:
+                if not startup_phase or completed:
+                    return []
+                signals.append(("the memory model says the smallest run fits", -0.2))
+        if startup_phase and not completed:
+            signals.append((f"the OOM is in a model-state phase ({ctx.phase.why}) before any step completed",
+                            0.25 if e is not None else 0.45))
+        h = headroom(ctx)
+        if o.requested_bytes is not None and o.reserved_unallocated_bytes is not None and h is not None:
+            if o.requested_bytes > o.reserved_unallocated_bytes + h:
+                signals.append(("the request exceeds everything still free: not fragmentation", 0.1))
+        if completed:
+            signals.append((f"{len(ctx.steps)} step(s) completed before, so the model states did fit", -0.4))
+        if ctx.phase.phase is Phase.MODEL_TO_DEVICE and ctx.setup.get("zero_stage") != 3:
+            n = ctx.setup.get("model_params")
+            if n and int(n) * 2 > L:
+                signals.append(("the 16-bit weights alone exceed " + limit_label(ctx), 0.2))
+        conf = confidence(signals)
+        if conf <= 0 or not any(w > 0 for _, w in signals):
+            return []
+        if o.allocated_bytes is not None:
+            numbers.append(("allocated at the OOM", b(o.allocated_bytes)))
+        if o.requested_bytes is not None:
+            numbers.append(("failed request", b(o.requested_bytes)))
+        fixes = self._fixes(ctx)
+        detail = (f"The run fails in {ctx.phase.phase.value.replace('_', ' ')}"
+                  + (f" at {ctx.location}" if ctx.location else "")
+                  + f". {limit_label(ctx).capitalize()} is {b(L)}. ")
+        if e is not None:
+            detail += (f"Under the configured ZeRO stage {ctx.train_setup.zero_stage if ctx.train_setup else '?'} "
+                       f"and offload, model states take {b(e.model_states_bytes)} per GPU and the start-up peak is "
+                       f"{b(e.startup_peak_bytes)}; the smallest possible batch still needs {b(e.predicted_peak_bytes)}. "
+                       "No batch size or allocator setting makes this fit.")
+        else:
+            detail += "The failing allocation builds model states, before any training step ran."
+        return [Finding(
+            self.code, self.cause, "Model states do not fit: the run cannot fit at any batch size", conf,
+            evidence=oom_refs(ctx), fixes=tuple(fixes),
+            not_fixes=(NotAFix("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                               "the memory is needed, not fragmented (PyTorch prints this hint on every OOM)"),
+                       NotAFix("torch.cuda.empty_cache()", "nothing is cached that could be returned"),
+                       NotAFix("a smaller micro-batch or gradient accumulation", "model states do not shrink with it"),
+                       *((NotAFix("offload_param at ZeRO stage < 3", "DeepSpeed ignores it below stage 3"),)
+                         if ctx.setup.offload_param != "none" and ctx.setup.get("zero_stage") in (1, 2) else ())),
+            signals=tuple(signals), numbers=tuple(numbers), detail=detail)]
+
+    def _fixes(self, ctx: Context) -> list[Fix]:
+        L = ctx.limit_bytes
+        out: list[Fix] = []
+        ws = int(ctx.setup.get("world_size", 1) or 1)
+        stage = int(ctx.setup.get("zero_stage", 0) or 0)
+        cands = []
+        if ws > 1 and stage < 3:
+            cands.append(("ds_config", "zero_optimization.stage", 3, what_if(ctx, "ZeRO-3", zero_stage=3),
+                          f"shards the 16-bit weights too, across {ws} GPUs"))
+        if ctx.setup.offload_optimizer == "none":
+            cands.append(("ds_config", "zero_optimization.offload_optimizer",
+                          {"device": "cpu", "pin_memory": True},
+                          what_if(ctx, "offload_optimizer", offload_optimizer="cpu", zero_stage=max(stage, 1)),
+                          "moves fp32 master weights and Adam moments (12 bytes/param) to host RAM"))
+        if ctx.setup.offload_param == "none" or stage < 3:
+            cands.append(("ds_config", "zero_optimization.stage + offload_param", {"stage": 3, "offload_param": {
+                "device": "cpu", "pin_memory": True}, "offload_optimizer": {"device": "cpu", "pin_memory": True}},
+                what_if(ctx, "ZeRO-3 + offload", zero_stage=3, offload_optimizer="cpu", offload_param="cpu",
+                        micro_batch=1, grad_ckpt=True),
+                "keeps only the layers being computed on the GPU (needs host RAM for the rest)"))
+        if ctx.setup.get("lora_r") is None:
+            cands.append(("trainer_arg", "lora_r", 16, what_if(ctx, "LoRA r=16", lora_rank=16, grad_ckpt=True),
+                          "trains adapters only: no gradients or optimizer state for the frozen weights"))
+        for kind, key, value, w, why in cands:
+            if w is None:
+                out.append(Fix(kind, key, value, why))
+                continue
+            verdict = "fits" if fits(w, L) else "still does not fit"
+            host = f", host RAM {b(w.estimate.host_bytes)}" if w.estimate.host_bytes else ""
+            out.append(Fix(kind, key, value, f"{why}; predicted peak {b(w.peak)} ({verdict}{host})"))
+        return out

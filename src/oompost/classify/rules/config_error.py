@@ -1,0 +1,96 @@
+"""CFG001 — the configuration stopped the run before it could train.
+
+**Cause**  DeepSpeed validates its config when the engine (or ``zero.Init``)
+is created: an unknown key inside ``zero_optimization``, a non-integral size
+(HF's old ``0.9·hidden²`` for ``stage3_prefetch_bucket_size``), a leftover
+``"auto"``, or ``train_batch_size ≠ micro × accumulation × world size`` raise
+before any memory is used.  Two ranks on one GPU (``Duplicate GPU detected``)
+and an unknown ``PYTORCH_CUDA_ALLOC_CONF`` key stop a run the same way.
+
+**Fix**  Correct the named key; ``oompost check ds_config.json --world-size N``
+finds these before a job is queued.  No memory setting is involved.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...analysis.context import Context
+from ...model import FailureKind
+from ..base import Cause, Finding, Fix, NotAFix, confidence
+
+_FIELD = re.compile(r"validation errors? for (?P<model>\w+):\s*(?P<field>[\w.]+)")
+_BATCH = re.compile(r"(?P<train>\d+) != (?P<micro>\d+) \* (?P<gas>\d+) \* (?P<ws>[\d.]+)")
+
+
+class ConfigError:
+    code = "CFG001"
+    cause = Cause.CONFIG_ERROR
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        fails = [f for f in ctx.evidence.failures
+                 if f.kind in (FailureKind.CONFIG_VALIDATION, FailureKind.DUPLICATE_GPU)
+                 or (f.kind is FailureKind.NCCL_INVALID_USAGE and "Duplicate GPU" in (f.last_error or f.message))]
+        if not fails:
+            return []
+        if ctx.first_rank is not None:
+            fails = [f for f in fails if f.rank in (ctx.first_rank, None)] or fails
+        f = fails[0]
+        # an OOM printed before the config error on the same rank would make this a consequence
+        if ctx.oom is not None and ctx.oom.ref.source == f.ref.source and (ctx.oom.ref.line or 0) < (f.ref.line or 0):
+            return []
+        signals = [("the run stopped on a configuration error", 0.8)]
+        fixes: list[Fix] = []
+        title = "The configuration was rejected before training started"
+        sub = None
+        msg = f.message or f.exception
+        if f.kind is FailureKind.DUPLICATE_GPU or "Duplicate GPU" in msg + (f.last_error or ""):
+            title, sub = "Two ranks were started on the same GPU", "duplicate_gpu"
+            fixes.append(Fix("code", "torch.cuda.set_device", "int(os.environ['LOCAL_RANK'])",
+                             "each process must select its own GPU before init_process_group"))
+        elif (mb := _BATCH.search(msg)):
+            micro, gas, ws = int(mb.group("micro")), int(mb.group("gas")), float(mb.group("ws"))
+            want = int(micro * gas * ws)
+            title, sub = "train_batch_size does not equal micro-batch × accumulation × world size", "batch_size"
+            fixes.append(Fix("ds_config", "train_batch_size", want,
+                             f"{micro} × {gas} × {int(ws)} = {want}; or drop train_batch_size and let DeepSpeed "
+                             "derive it from the other two"))
+            signals.append(("DeepSpeed's batch assertion", 0.15))
+        elif (mf := _FIELD.search(msg)):
+            key = mf.group("field")
+            title, sub = f"DeepSpeed rejected {key}", "validation"
+            fixes.append(Fix("ds_config", f"zero_optimization.{key}" if mf.group("model") == "DeepSpeedZeroConfig"
+                             else key, _fixed_value(msg, key, ctx), _why(msg)))
+            signals.append(("DeepSpeed's pydantic validation names the key", 0.15))
+        elif "allocator config" in msg:
+            title, sub = "PYTORCH_CUDA_ALLOC_CONF holds a key this torch does not know", "alloc_conf"
+            fixes.append(Fix("env", "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
+                             "valid keys: expandable_segments, max_split_size_mb, garbage_collection_threshold, "
+                             "roundup_power2_divisions, ..."))
+        elif '"auto"' in msg or "'str'" in msg:
+            title, sub = 'A DeepSpeed value is still "auto"', "auto"
+            fixes.append(Fix("ds_config", "train_batch_size / train_micro_batch_size_per_gpu", "an integer",
+                             '"auto" is filled only by the HF Trainer / Accelerate integration'))
+        return [Finding(
+            self.code, self.cause, title, confidence(signals), evidence=(f.ref,), fixes=tuple(fixes),
+            not_fixes=(NotAFix("memory settings (offload, smaller batch, expandable_segments)",
+                               "the run never allocated its model: nothing about memory failed"),),
+            signals=tuple(signals), numbers=(("exception", f.exception or "error"), ("message", msg[:300])),
+            detail=f"The first failing rank stopped with {f.exception or 'an error'}: {msg[:400]}", sub_cause=sub)]
+
+
+def _fixed_value(msg: str, key: str, ctx: Context) -> object:
+    m = re.search(r"input_value=(?P<v>[-\d.e+]+)", msg)
+    if m and "int_from_float" in msg:
+        return int(float(m.group("v")))
+    if "extra_forbidden" in msg or "Extra inputs" in msg:
+        return None
+    return "see the error"
+
+
+def _why(msg: str) -> str:
+    if "int_from_float" in msg:
+        return "DeepSpeed ≥ 0.15 (pydantic v2) accepts only integers for sizes; 0.9·hidden² is not one"
+    if "extra_forbidden" in msg or "Extra inputs" in msg:
+        return "the key is not a DeepSpeed ZeRO option (a typo, or one from another version)"
+    return msg[:200]

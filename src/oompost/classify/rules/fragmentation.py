@@ -1,0 +1,113 @@
+"""FRAG001 — free memory exists, but not in one piece.
+
+**Cause**  The failing request would fit in what the process may still use —
+free blocks inside PyTorch's segments ("reserved but unallocated") plus what
+is left of the card or the ``allowed`` cap — but no single free block is
+large enough and no new segment can be allocated.  Segments are returned to
+CUDA only when wholly free, so a few long-lived tensors (optimizer state
+created between activations, a cache) pin holes that varying shapes cannot
+reuse.  Proof, when a snapshot exists: the largest free block in the request's
+pool is smaller than the request, and replaying the allocator with
+``expandable_segments:True`` serves it.  Under a memory fraction the
+message's "free" is the whole card's: the ``allowed`` cap is the limit.
+
+**Fix**  ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``; or
+``max_split_size_mb`` (oversize blocks are not split), stable shapes (pad to
+buckets), allocating long-lived state before the first forward.
+"""
+
+from __future__ import annotations
+
+from ...analysis.context import Context
+from ...analysis.steps import leak_trend, max_peak_allocated
+from ..base import Cause, Finding, Fix, NotAFix, confidence
+from ._common import b, headroom, limit_label, oom_refs
+
+
+class Fragmentation:
+    code = "FRAG001"
+    cause = Cause.FRAGMENTATION
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        o = ctx.oom
+        if o is None or o.requested_bytes is None or o.reserved_unallocated_bytes is None:
+            return []
+        R, ru, A = o.requested_bytes, o.reserved_unallocated_bytes, o.allocated_bytes
+        H = headroom(ctx)
+        if H is None or A is None:
+            return []
+        if R > ru + H:
+            return []            # would not fit even with zero fragmentation
+        if R <= H:
+            return []            # a new segment fits: not an allocator-layout failure
+        signals: list[tuple[str, float]] = [
+            (f"the {b(R)} request fits in reserved-but-unallocated {b(ru)} + headroom {b(H)}, "
+             "but not in a new segment", 0.3)]
+        numbers = [("failed request (segment-rounded)", b(R)), ("allocated by PyTorch", b(A)),
+                   ("reserved but unallocated", b(ru)), ("headroom below " + limit_label(ctx), b(H)),
+                   (limit_label(ctx), b(ctx.limit_bytes))]
+        if ru < R:
+            signals.append(("no cached block can be that large (reserved-but-unallocated < request)", 0.05))
+        m = ctx.snapshot_metrics
+        if m is not None and getattr(m, "free_max", None) is not None and getattr(m, "free_total", None):
+            numbers += [("free in the request's pool (snapshot)", f"{b(m.free_total)} in {m.holes} holes"),
+                        ("largest free block", b(m.free_max))]
+            if m.free_max < R <= m.free_total + H:
+                signals.append((f"the snapshot's largest hole ({b(m.free_max)}) is smaller than the request", 0.15))
+            elif m.free_max >= R:
+                signals.append(("a free block large enough exists in the snapshot", -0.2))
+        exp = [c for c in ctx.counterfactuals if getattr(c, "setting", "") == "expandable_segments:True"]
+        base = [c for c in ctx.counterfactuals if getattr(c, "baseline", False)]
+        if exp:
+            if not exp[0].oom:
+                signals.append(("the allocator replay with expandable_segments:True serves the request", 0.2))
+                numbers.append(("replay peak reserved with expandable_segments", b(exp[0].peak_reserved_bytes)))
+            else:
+                signals.append(("the allocator replay with expandable_segments:True still fails", -0.3))
+        if base and base[0].oom:
+            signals.append(("the replay of the recorded settings reproduces the OOM", 0.05))
+        prior = max_peak_allocated(ctx.steps)
+        if prior is not None:
+            numbers.append(("peak allocated in earlier steps", b(prior)))
+            if prior >= A + R:
+                signals.append((f"earlier steps already held {b(prior)} ≥ allocated + request", 0.25))
+            elif A > 1.3 * prior:
+                signals.append((f"live memory ({b(A)}) is {A / max(prior, 1):.1f}x the earlier peak: "
+                                "a spike, not fragmentation", -0.45))
+        if ctx.estimate is not None and ctx.limit_bytes:
+            step = ctx.estimate.step_peak_bytes
+            if step <= 0.9 * ctx.limit_bytes:
+                signals.append((f"the memory model's step peak ({b(step)}) fits", 0.1))
+            elif step >= 1.05 * ctx.limit_bytes:
+                signals.append((f"the memory model's step peak ({b(step)}) does not fit", -0.25))
+        if leak_trend(ctx.steps) is not None:
+            signals.append(("allocated memory grows every step: the live set, not its layout, is the problem", -0.4))
+        flushes = ctx.evidence.fact_value("deepspeed.cache_flushes")
+        if flushes:
+            signals.append((f"DeepSpeed reports {flushes} allocator cache flushes", 0.05))
+        conf = confidence(signals)
+        already = bool(ctx.snapshot is not None and ctx.snapshot.expandable)
+        fixes = []
+        if not already:
+            fixes.append(Fix("env", "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
+                             "one growable segment per stream: free pages anywhere can be remapped for the request"
+                             + (f" (replay: fits, peak {b(exp[0].peak_reserved_bytes)})" if exp and not exp[0].oom
+                                else "")))
+        ms = [c for c in ctx.counterfactuals if getattr(c, "setting", "").startswith("max_split_size_mb")
+              and not c.oom]
+        if ms:
+            fixes.append(Fix("env", "PYTORCH_CUDA_ALLOC_CONF", ms[0].setting,
+                             f"large blocks are not split, so they stay reusable (replay: fits, peak "
+                             f"{b(ms[0].peak_reserved_bytes)}); costs more cudaMalloc calls"))
+        fixes.append(Fix("code", "stable shapes", "pad batches to a few fixed lengths (e.g. multiples of 256)",
+                         "varying tensor sizes leave holes that the next size cannot reuse"))
+        return [Finding(
+            self.code, self.cause, "Fragmentation: enough memory is free, but no block is large enough", conf,
+            evidence=oom_refs(ctx), fixes=tuple(fixes),
+            not_fixes=(NotAFix("torch.cuda.empty_cache()", "the holes sit in segments that still hold live tensors; "
+                               "empty_cache only returns wholly free segments (the OOM path already did)"),
+                       NotAFix("a larger ZeRO stage / offload", "the live memory fits; its layout does not")),
+            signals=tuple(signals), numbers=tuple(numbers),
+            detail=f"The failing request ({b(R)}) is smaller than the free memory PyTorch holds plus what "
+                   f"{limit_label(ctx)} still allows ({b(ru + H)}), yet it failed: no free block is large enough "
+                   "and there is no room for a new segment.")]

@@ -1,0 +1,97 @@
+"""HOST001 — host RAM ran out (the GPU did not).
+
+**Cause**  The Linux OOM killer (or a container/Slurm cgroup limit) sends
+SIGKILL: the rank vanishes with exit code −9 / 137 and no Python traceback.
+``DefaultCPUAllocator: can't allocate memory`` is the same on the torch side;
+a pinned-memory allocation can fail as ``CUDA error: out of memory``; an
+exhausted ``/dev/shm`` kills DataLoader workers with a bus error.  ZeRO
+offload is the usual culprit: the fp32 master weights, Adam moments and
+gradients (~16 bytes/param) live in pinned host memory, on every node.
+
+**Fix**  Give the job more RAM or less to hold: keep the optimizer (or the
+parameters) on the GPU if they fit there, offload to NVMe, lower
+``sub_group_size`` (ZeRO-3), build the model under ``zero.Init`` so ranks do
+not each materialise it, fewer DataLoader workers, a larger ``--shm-size``.
+"""
+
+from __future__ import annotations
+
+from ...analysis.context import Context
+from ...analysis.phase import Phase
+from ...model import FailureKind, OomKind
+from ..base import Cause, Finding, Fix, NotAFix, confidence
+from ._common import b
+
+
+class HostOom:
+    code = "HOST001"
+    cause = Cause.HOST_OOM
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        ev = ctx.evidence
+        gpu_ooms = [o for o in ev.ooms if o.kind not in (OomKind.HOST,)]
+        kills = ctx.failures_of(FailureKind.HOST_OOM_KILL)
+        sigkills = ctx.failures_of(FailureKind.SIGKILL, FailureKind.KILLED)
+        shm = ctx.failures_of(FailureKind.SHM)
+        host_ooms = [o for o in ev.ooms if o.kind is OomKind.HOST]
+        pinned = [o for o in ev.ooms if o.kind is OomKind.CUDA_ERROR and
+                  (ctx.phase.phase is Phase.PIN_MEMORY or any("pin_memory" in fr.name for fr in o.stack.frames))]
+        signals: list[tuple[str, float]] = []
+        refs = []
+        sub = None
+        if kills:
+            signals.append(("the kernel / cgroup OOM killer killed a rank", 0.8))
+            refs += [f.ref for f in kills[:3]]
+        if host_ooms:
+            signals.append(("DefaultCPUAllocator could not allocate host memory", 0.8))
+            refs += [o.ref for o in host_ooms[:2]]
+        if pinned:
+            signals.append(("a pinned host allocation failed", 0.7))
+            refs += [o.ref for o in pinned[:2]]
+            sub = "pinned"
+        if shm:
+            signals.append(("/dev/shm was exhausted", 0.75))
+            refs += [f.ref for f in shm[:2]]
+            sub = "shm"
+        if sigkills and not gpu_ooms:
+            signals.append(("a rank was SIGKILLed (-9) with no CUDA OOM anywhere", 0.6 if not kills else 0.1))
+            refs += [f.ref for f in sigkills[:2]]
+        if not signals:
+            return []
+        if gpu_ooms and not (kills or host_ooms or pinned or shm):
+            return []
+        offload = ctx.setup.offload_optimizer != "none" or ctx.setup.offload_param != "none"
+        numbers = []
+        if offload:
+            signals.append(("ZeRO offload keeps optimizer state in pinned host memory", 0.1))
+            numbers.append(("offload", f"optimizer={ctx.setup.offload_optimizer}, param={ctx.setup.offload_param}"))
+        host_total = ev.fact_value("host.total_bytes")
+        if host_total:
+            numbers.append(("host RAM (from DeepSpeed's CPU Virtual Memory line)", b(host_total)))
+        if ctx.estimate is not None and ctx.estimate.host_bytes:
+            numbers.append(("host RAM this setup needs (estimate)", b(ctx.estimate.host_bytes)))
+        fixes = []
+        if offload:
+            fixes.append(Fix("ds_config", "zero_optimization.offload_optimizer.device", "none",
+                             "keep optimizer state on the GPU when it fits there (see the rerun plan)"))
+            fixes.append(Fix("ds_config", "zero_optimization.offload_optimizer.device", "nvme",
+                             "or offload to NVMe (nvme_path) instead of RAM"))
+            if ctx.setup.get("zero_stage") == 3:
+                fixes.append(Fix("ds_config", "zero_optimization.sub_group_size", 100_000_000,
+                                 "ZeRO-3 stages the fp32 optimizer state per sub-group; smaller groups lower the "
+                                 "host peak of the optimizer step"))
+        if sub == "shm":
+            fixes.append(Fix("code", "docker run --shm-size", "16g", "DataLoader workers and NCCL's SHM transport "
+                             "use /dev/shm; the container default is 64 MB"))
+            fixes.append(Fix("trainer_arg", "dataloader_num_workers", 2, "fewer workers hold fewer shared batches"))
+        fixes.append(Fix("code", "deepspeed.zero.Init", "build the model under zero.Init",
+                         "otherwise every local rank materialises a full CPU copy of the model"))
+        return [Finding(
+            self.code, self.cause, "Host RAM ran out" + (" (shared memory)" if sub == "shm" else ""),
+            confidence(signals), evidence=tuple(refs[:5]), fixes=tuple(fixes),
+            not_fixes=(NotAFix("GPU memory settings (expandable_segments, smaller micro-batch)",
+                               "the GPU did not run out; the host did"),
+                       NotAFix("torch.cuda.empty_cache()", "it frees GPU cache, not host RAM")),
+            signals=tuple(signals), numbers=tuple(numbers),
+            detail="The failing rank was killed for host memory, not GPU memory: " + "; ".join(s for s, _ in signals)
+                   + ".", sub_cause=sub)]

@@ -1,0 +1,71 @@
+"""NCCL001 — a distributed failure with no memory failure on any rank.
+
+**Cause**  A collective timed out (one rank never joined: a hang, a slow
+checkpoint save, a data-loader stall, a deadlock), a peer exited, the network
+failed, or NVLS/Fabric Manager is misconfigured.  Later ranks' timeouts and
+"remote process exited" errors are consequences of the first failing rank.
+
+**Fix**  Look at the first failing rank (the laggard: lowest "last enqueued
+work").  Enable the flight recorder (``TORCH_NCCL_TRACE_BUFFER_SIZE=2000``,
+``TORCH_NCCL_DUMP_ON_TIMEOUT=1``) to see the collective each rank was in;
+raise the timeout only for known long operations.  Memory settings are
+irrelevant here.
+"""
+
+from __future__ import annotations
+
+from ...analysis.context import Context
+from ...model import FailureKind
+from ..base import Cause, Finding, Fix, NotAFix, confidence
+
+_DIST = (FailureKind.NCCL_TIMEOUT, FailureKind.NCCL_REMOTE, FailureKind.NCCL_SYSTEM, FailureKind.NCCL_INTERNAL,
+         FailureKind.NCCL_HEARTBEAT, FailureKind.NCCL_OTHER, FailureKind.NCCL_INVALID_USAGE,
+         getattr(FailureKind, "NCCL_NVLS", FailureKind.NCCL_OTHER))
+
+
+class NcclError:
+    code = "NCCL001"
+    cause = Cause.NCCL_ERROR
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        fails = [f for f in ctx.failures_of(*_DIST) if "Duplicate GPU" not in (f.last_error or f.message)]
+        if not fails or ctx.has_memory_failure:
+            return []
+        if ctx.first_rank is not None:
+            mine = [f for f in fails if f.rank in (ctx.first_rank, None)]
+            fails = mine or fails
+        f = fails[0]
+        kind = f.kind
+        sub = {FailureKind.NCCL_TIMEOUT: "timeout", FailureKind.NCCL_HEARTBEAT: "watchdog_hang",
+               FailureKind.NCCL_REMOTE: "peer_exited"}.get(kind, kind.value.removeprefix("nccl_"))
+        signals = [("a distributed failure", 0.6), ("no OOM or memory failure on any rank", 0.25)]
+        numbers = []
+        fixes = [Fix("env", "TORCH_NCCL_TRACE_BUFFER_SIZE", "2000",
+                     "record the last collectives of every rank (flight recorder)"),
+                 Fix("env", "TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "dump them on timeout; analyse with torchfrtrace")]
+        title = "A distributed collective failed"
+        if kind is FailureKind.NCCL_TIMEOUT:
+            title = f"NCCL collective timeout ({f.op_type or 'collective'}" + (
+                f", SeqNum {f.seq_num})" if f.seq_num is not None else ")")
+            if f.timeout_ms:
+                numbers.append(("timeout", f"{f.timeout_ms / 1000:.0f} s"))
+            ws = ctx.evidence.facts_named("nccl.work_status")
+            for w in ws[:4]:
+                v = w.value if isinstance(w.value, dict) else {}
+                numbers.append((f"rank {v.get('rank')} last enqueued / completed",
+                                f"{v.get('last_enqueued')} / {v.get('last_completed')}"))
+            fixes.append(Fix("code", "find the rank that did not reach the collective",
+                             "compare 'last enqueued work' across ranks; the lowest is the laggard",
+                             "a timeout on every rank means one rank is stuck elsewhere (data, a hang, a slow save)"))
+        elif sub == "nvls":
+            fixes.insert(0, Fix("env", "NCCL_NVLS_ENABLE", "0", "NVLink SHARP resources could not be bound"))
+        elif kind is FailureKind.NCCL_REMOTE:
+            fixes.insert(0, Fix("code", "read the peer's log", "the host named in 'Connection closed by remote peer'",
+                                "a remote error is the victim's view of another rank's death"))
+        return [Finding(
+            self.code, self.cause, title, confidence(signals), evidence=(f.ref,), fixes=tuple(fixes),
+            not_fixes=(NotAFix("memory settings", "no rank ran out of memory"),
+                       NotAFix("NCCL_P2P_DISABLE=1", "changes the transport, not a stuck rank")),
+            signals=tuple(signals), numbers=tuple(numbers),
+            detail=f"{f.message[:300] or title}. No rank reports an out-of-memory error, so this is a "
+                   "distributed failure, not a memory one.", sub_cause=sub)]

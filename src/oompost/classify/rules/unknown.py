@@ -1,0 +1,47 @@
+"""UNK001 — no cause can be established from these inputs.
+
+**Cause**  There is no failure evidence (no OOM message, no failing rank), or
+the failure sits in a stack this version does not reason about (FSDP, ROCm,
+MPS, a custom allocator), or the numbers are missing (a truncated message).
+oompost says which, rather than guess.
+
+**Fix**  Add what is missing: the complete stderr of the first failing rank,
+and a memory snapshot taken in the OOM observer
+(``python -m oompost.record -o DIR -- train.py ...``).
+"""
+
+from __future__ import annotations
+
+from ...analysis.context import Context
+from ..base import Cause, Finding, Fix
+
+
+class Unknown:
+    code = "UNK001"
+    cause = Cause.UNKNOWN
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        ev = ctx.evidence
+        reasons = []
+        if not ev.ooms and not ev.failures and not ev.exits:
+            reasons.append("no OOM message, failure or rank exit was found in the inputs")
+        o = ctx.oom
+        if o is not None:
+            frames = o.stack.frames
+            if any("/fsdp/" in f.filename or "fully_sharded" in f.filename for f in frames):
+                reasons.append("the OOM is inside FSDP, which this version does not model")
+            if o.kind.value == "hip":
+                reasons.append("a ROCm (HIP) OOM: allocator details differ from CUDA's")
+            if o.truncated:
+                reasons.append("the OOM message is truncated, so its numbers are missing")
+            if o.kind.value == "other":
+                reasons.append(f"an allocator this version does not model ({o.message_format})")
+        if not reasons:
+            reasons.append("no rule's evidence was strong enough to decide")
+        return [Finding(
+            self.code, self.cause, "The cause cannot be established from these inputs", 0.3,
+            evidence=((o.ref,) if o is not None else ()),
+            fixes=(Fix("code", "python -m oompost.record -o DIR -- train.py ARGS",
+                       "a snapshot at the moment of the OOM",
+                       "shows every live allocation with its stack, the free blocks and the allocator's history"),),
+            detail="; ".join(reasons).capitalize() + ".", sub_cause=None)]

@@ -1,0 +1,211 @@
+"""analyze(): inputs → Evidence → Context → Findings → RerunPlan → Report.
+
+The only place the stages are wired together; each stage is a pure function
+of the one before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from . import __version__
+from .analysis.context import Context, build_context
+from .classify import classify
+from .classify.base import Cause, Finding
+from .errors import InputError
+from .model import Evidence, InputKind
+from .parsers import parse_paths
+from .remedies.rerun import RerunPlan, plan
+from .report import (CounterfactualView, OomSummary, RankView, Report, RerunView, SegmentBlockView, SegmentView,
+                     SeriesPoint, StackView)
+from .units import fmt_bytes
+
+_CAUSE_WORDS = {
+    Cause.CONFIG_ERROR: "a configuration error",
+    Cause.HOST_OOM: "host RAM ran out",
+    Cause.NCCL_ERROR: "a distributed (NCCL) failure, not memory",
+    Cause.CAPACITY: "capacity: the configured run cannot fit on this GPU",
+    Cause.LEAK: "a memory leak across steps",
+    Cause.COMM_BUFFER: "a communication buffer does not fit",
+    Cause.FRAGMENTATION: "fragmentation of the allocator's memory",
+    Cause.ACTIVATION_SPIKE: "activations do not fit",
+    Cause.UNKNOWN: "unknown",
+}
+
+
+def analyze(paths: str | Iterable[str], ds_config: str | None = None) -> Report:
+    """Analyse crash artifacts (logs, snapshot pickles, directories holding them)."""
+    if isinstance(paths, str):
+        paths = [paths]
+    ev = parse_paths(list(paths), ds_config=ds_config)
+    usable = [i for i in ev.inputs if i.kind is not InputKind.UNKNOWN and not (
+        i.kind is InputKind.SNAPSHOT and not ev.snapshots)]
+    if not usable:
+        reasons = "; ".join(f"{i.path}: {', '.join(i.warnings) or 'not a log, snapshot or config'}"
+                            for i in ev.inputs) or "no files found"
+        raise InputError(f"nothing usable in the inputs ({reasons})")
+    return report_from_evidence(ev)
+
+
+def report_from_evidence(ev: Evidence) -> Report:
+    ctx = build_context(ev)
+    findings = classify(ctx)
+    primary = findings[0]
+    rerun = plan(ctx, primary)
+    return _report(ctx, findings, rerun)
+
+
+# ------------------------------------------------------------------ views
+
+def _report(ctx: Context, findings: tuple[Finding, ...], rerun: RerunPlan | None) -> Report:
+    primary = findings[0]
+    timeline, source, unit = _timeline(ctx)
+    show_segments = primary.cause is Cause.FRAGMENTATION or bool(
+        ctx.snapshot_metrics is not None and getattr(ctx.snapshot_metrics, "fragmentation_suspected", False))
+    return Report(
+        cause=primary.cause.value, sub_cause=primary.sub_cause, confidence=primary.confidence,
+        summary=_summary(ctx, primary, rerun), findings=findings, oom=_oom(ctx),
+        ranks=tuple(RankView(r.rank, r.failed, r.first, r.peak_bytes, r.exitcode, r.cause_hint, r.first_failure_line)
+                    for r in ctx.ranks),
+        rerun=_rerun(rerun), counterfactuals=_counterfactuals(ctx), inputs=ctx.evidence.inputs,
+        timeline=timeline, timeline_source=source, timeline_unit=unit, top_stacks=_stacks(ctx),
+        segments=_segments(ctx) if show_segments else (), estimate=_estimate(ctx), facts=_facts(ctx),
+        warnings=tuple(f"{w.source}:{w.line or ''} {w.message}" for w in ctx.evidence.warnings) + ctx.notes,
+        version=__version__)
+
+
+def _summary(ctx: Context, f: Finding, rerun: RerunPlan | None) -> str:
+    words = _CAUSE_WORDS[f.cause]
+    where = f" in {ctx.phase.phase.value.replace('_', ' ')}" if ctx.oom is not None and ctx.phase.phase.value != \
+        "unknown" else ""
+    rank = f" on rank {ctx.first_rank}" if ctx.first_rank is not None and len(ctx.ranks) > 1 else ""
+    s = f"{f.title}{rank}{where} — {words}."
+    if rerun is not None and rerun.changes:
+        s += " Rerun with: " + rerun.changes[0].split(":")[0].split(" (")[0]
+        if rerun.predicted_peak_bytes and rerun.device_bytes:
+            s += f" (predicted peak {fmt_bytes(rerun.predicted_peak_bytes)} of {fmt_bytes(rerun.device_bytes)})"
+        s += "."
+    elif f.fixes:
+        s += f" Fix: {f.fixes[0].key}."
+    return s
+
+
+def _oom(ctx: Context) -> OomSummary | None:
+    o = ctx.oom
+    if o is None:
+        return None
+    tensor = None
+    m = ctx.snapshot_metrics
+    if m is not None and getattr(m, "oom", None) is not None:
+        tensor = m.oom.size
+    others = sum(b for _, b in o.other_processes) if o.other_processes else None
+    return OomSummary(
+        rank=o.rank if o.rank is not None else ctx.first_rank, device=o.device, requested_bytes=o.requested_bytes,
+        requested_tensor_bytes=tensor, capacity_bytes=o.capacity_bytes, limit_bytes=ctx.limit_bytes,
+        free_bytes=o.free_bytes, allocated_bytes=o.allocated_bytes,
+        reserved_unallocated_bytes=o.reserved_unallocated_bytes, process_in_use_bytes=o.process_in_use_bytes,
+        kind=o.kind.value, limit_source=ctx.limit_source, message_format=o.message_format, exception=o.exception,
+        ref=o.ref, phase=ctx.phase.phase.value, location=ctx.location, other_processes_bytes=others)
+
+
+def _rerun(r: RerunPlan | None) -> RerunView | None:
+    if r is None:
+        return None
+    return RerunView(r.ds_config, r.ds_config_diff, r.env, r.trainer_args, r.predicted_peak_bytes, r.device_bytes,
+                     r.changes, r.fits, r.host_bytes, r.global_batch_kept, r.validated_by_deepspeed,
+                     r.validation_errors, r.notes, r.alternatives, r.breakdown)
+
+
+def _counterfactuals(ctx: Context) -> tuple[CounterfactualView, ...]:
+    out = []
+    for c in ctx.counterfactuals:
+        out.append(CounterfactualView(getattr(c, "label", c.setting) or "(recorded settings)", bool(c.oom),
+                                      c.peak_reserved_bytes, getattr(c, "note", ""), "replay"))
+    return tuple(out)
+
+
+def _timeline(ctx: Context) -> tuple[tuple[SeriesPoint, ...], str, str]:
+    if ctx.snapshot is not None and any(ctx.snapshot.traces):
+        try:
+            from .analysis.snapshot_metrics import timeline
+
+            dev = ctx.oom.device if ctx.oom is not None and ctx.oom.device is not None else 0
+            pts = timeline(ctx.snapshot, device=dev if dev < len(ctx.snapshot.traces) else 0, max_points=600)
+            if pts:
+                return tuple(SeriesPoint(p.index, p.allocated, p.reserved) for p in pts), "snapshot", "trace event"
+        except Exception:
+            pass
+    if ctx.steps:
+        return tuple(SeriesPoint(p.step, p.allocated if p.allocated is not None else p.max_allocated,
+                                 p.reserved if p.reserved is not None else p.max_reserved)
+                     for p in ctx.steps), "steps", "step"
+    return (), "", ""
+
+
+def _stacks(ctx: Context) -> tuple[StackView, ...]:
+    if ctx.snapshot is None:
+        return ()
+    try:
+        from .analysis.snapshot_metrics import top_stacks
+
+        groups = top_stacks(ctx.snapshot, n=10)
+    except Exception:
+        return ()
+    return tuple(StackView(g.frame_label, g.bytes, g.count,
+                           tuple(f"{fr.filename}:{fr.line} in {fr.name}" for fr in g.sample_frames[:12]))
+                 for g in groups)
+
+
+def _segments(ctx: Context) -> tuple[SegmentView, ...]:
+    if ctx.snapshot is None:
+        return ()
+    try:
+        from .analysis.snapshot_metrics import segment_map
+
+        dev = ctx.oom.device if ctx.oom is not None and ctx.oom.device is not None else 0
+        segs = segment_map(ctx.snapshot, device=dev)
+    except Exception:
+        return ()
+    segs = sorted(segs, key=lambda s: -s.total_size)[:40]
+    return tuple(SegmentView(s.address, s.total_size, s.segment_type, s.stream,
+                             tuple(SegmentBlockView(b.offset, b.size, b.state) for b in s.blocks[:400]))
+                 for s in segs)
+
+
+def _estimate(ctx: Context) -> dict[str, Any] | None:
+    if ctx.estimate is None:
+        return None
+    e = ctx.estimate.to_json()
+    return {k: e[k] for k in ("fits", "predicted_peak_bytes", "startup_peak_bytes", "device_bytes", "host_bytes",
+                              "breakdown", "assumptions") if k in e}
+
+
+def _facts(ctx: Context) -> tuple[tuple[str, str], ...]:
+    s = ctx.setup
+    out: list[tuple[str, str]] = []
+
+    def add(label: str, v: Any) -> None:
+        if v is not None and v != "":
+            out.append((label, str(v)))
+
+    add("model parameters", f"{int(s.get('model_params')):,}" if s.get("model_params") else None)
+    add("model shape (memory model)", ctx.spec.describe() if ctx.spec else None)
+    add("DeepSpeed", "yes" if s.deepspeed else None)
+    add("ZeRO stage", s.get("zero_stage"))
+    if s.deepspeed:
+        add("offload", f"optimizer={s.offload_optimizer}, param={s.offload_param}")
+    add("dtype", s.dtype if s.deepspeed else None)
+    add("world size", s.get("world_size"))
+    add("micro-batch", s.get("micro_batch"))
+    add("gradient accumulation", s.get("grad_accum"))
+    add("sequence length (longest seen)", s.get("seq_len"))
+    add("gradient checkpointing", s.get("grad_ckpt"))
+    add("attention", s.get("attn"))
+    ev = ctx.evidence
+    for label, name in (("torch", "torch.version"), ("DeepSpeed version", "deepspeed.version"),
+                        ("NCCL", "nccl.version"), ("GPU", "gpu.name")):
+        add(label, ev.fact_value(name))
+    if ctx.limit_bytes:
+        add("memory limit", f"{fmt_bytes(ctx.limit_bytes)} ({ctx.limit_source})")
+    return tuple(out)

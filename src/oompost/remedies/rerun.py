@@ -1,0 +1,429 @@
+"""The rerun plan: the smallest change predicted to fit, as a config to run.
+
+From the primary finding and what the run was (its DeepSpeed config, model
+size, world size, the limit it ran under), choose in the order the issue
+asks for: allocator settings for fragmentation; micro-batch (keeping the
+global batch through accumulation) or checkpointing for activations; bucket
+sizes for communication buffers; ZeRO stage / offload / LoRA for capacity;
+the corrected key for a configuration error.  Each candidate is priced by
+the memory model; the first whose predicted peak stays under 90% of the
+limit wins.  The emitted ds_config is complete and checked with DeepSpeed's
+own validation when DeepSpeed is installed.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..analysis.context import Context
+from ..analysis.whatif import WhatIf, fits, what_if
+from ..classify.base import Cause, Finding
+from ..units import fmt_bytes
+
+MARGIN = 0.90      # predicted peak must stay under this share of the limit
+
+
+@dataclass(frozen=True)
+class RerunPlan:
+    ds_config: dict[str, Any] | None
+    ds_config_diff: dict[str, Any]
+    env: dict[str, str]
+    trainer_args: dict[str, Any]
+    predicted_peak_bytes: int | None
+    device_bytes: int | None
+    changes: tuple[str, ...] = ()
+    fits: bool | None = None
+    host_bytes: int | None = None
+    global_batch_kept: float | None = None
+    validated_by_deepspeed: bool | None = None
+    validation_errors: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    alternatives: tuple[str, ...] = ()
+    breakdown: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Draft:
+    cfg: dict[str, Any] | None
+    env: dict[str, str] = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
+    changes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    estimate: WhatIf | None = None
+    predicted: int | None = None
+    alternatives: list[str] = field(default_factory=list)
+
+
+def plan(ctx: Context, primary: Finding) -> RerunPlan | None:
+    cfg = copy.deepcopy(ctx.setup.ds_config) if ctx.setup.ds_config else None
+    d = _Draft(cfg)
+    cause = primary.cause
+    if cause is Cause.FRAGMENTATION:
+        _fragmentation(ctx, d)
+    elif cause is Cause.ACTIVATION_SPIKE:
+        if not _batch_search(ctx, d, allow_ckpt=True):
+            return None
+    elif cause is Cause.COMM_BUFFER:
+        if primary.sub_cause == "nccl" or not _buckets(ctx, d):
+            return None
+    elif cause is Cause.CAPACITY:
+        if not _capacity(ctx, d):
+            return None
+    elif cause is Cause.CONFIG_ERROR:
+        if not _config(ctx, primary, d):
+            return None
+    elif cause is Cause.HOST_OOM:
+        if not _host(ctx, d):
+            return None
+    else:
+        return None
+    return _finish(ctx, d)
+
+
+# ------------------------------------------------------------------ causes
+
+def _fragmentation(ctx: Context, d: _Draft) -> None:
+    already = ctx.snapshot is not None and ctx.snapshot.expandable
+    exp = [c for c in ctx.counterfactuals if getattr(c, "setting", "") == "expandable_segments:True"]
+    if already:
+        ms = [c for c in ctx.counterfactuals if getattr(c, "setting", "").startswith("max_split_size_mb") and not c.oom]
+        conf = ms[0].setting if ms else "max_split_size_mb:128"
+        d.env["PYTORCH_CUDA_ALLOC_CONF"] = conf
+        d.changes.append(f"PYTORCH_CUDA_ALLOC_CONF={conf} (expandable segments were already on)")
+        if ms:
+            d.predicted = ms[0].peak_reserved_bytes
+    else:
+        d.env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        d.changes.append("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: free pages anywhere can serve a request")
+        if exp and not exp[0].oom:
+            d.predicted = exp[0].peak_reserved_bytes
+            d.notes.append(f"the allocator replay of the recorded trace fits with a peak of "
+                           f"{fmt_bytes(exp[0].peak_reserved_bytes)} reserved")
+    if d.predicted is None and ctx.estimate is not None:
+        d.predicted = ctx.estimate.predicted_peak_bytes
+        d.notes.append("predicted peak from the memory model (no snapshot to replay)")
+    d.notes.append("nothing else changes: the live memory fits, only its layout did not")
+
+
+def _batch_search(ctx: Context, d: _Draft, allow_ckpt: bool) -> bool:
+    s = ctx.setup
+    L = ctx.limit_bytes
+    mb = int(s.get("micro_batch", 1) or 1)
+    gas = int(s.get("grad_accum", 1) or 1)
+    ckpt = bool(s.get("grad_ckpt", False))
+    cands: list[tuple[int, bool]] = []
+    m = mb
+    while True:
+        cands.append((m, ckpt))
+        if allow_ckpt and not ckpt:
+            cands.append((m, True))
+        if m == 1:
+            break
+        m = max(1, m // 2)
+    best: tuple[int, bool, WhatIf] | None = None
+    for m, c in cands:
+        if (m, c) == (mb, ckpt):
+            continue
+        w = what_if(ctx, f"micro-batch {m}" + (" + checkpointing" if c else ""), micro_batch=m, grad_ckpt=c)
+        if w is None:
+            break
+        if fits(w, L, MARGIN):
+            best = (m, c, w)
+            break
+    if ctx.spec is None:
+        # no model size: the conservative generic move
+        m, c = max(1, mb // 2), True
+        d.notes.append("model size unknown: micro-batch halved and checkpointing enabled without a prediction")
+        _set_batch(ctx, d, m, gas * mb // max(m, 1) if mb % max(m, 1) == 0 else gas * 2)
+        if not ckpt:
+            _set_ckpt(d)
+        return True
+    if best is None:
+        w = what_if(ctx, "micro-batch 1 + checkpointing", micro_batch=1, grad_ckpt=True)
+        d.notes.append("no micro-batch / checkpointing combination is predicted to fit"
+                       + (f" (micro-batch 1 with checkpointing: {fmt_bytes(w.peak)})" if w else ""))
+        if not ctx.setup.deepspeed or ctx.setup.offload_param != "none":
+            return False
+        return _capacity(ctx, d)
+    m, c, w = best
+    new_gas = gas * mb // m if mb % m == 0 else gas * -(-mb // m)
+    if m != mb:
+        _set_batch(ctx, d, m, new_gas)
+    if c and not ckpt:
+        _set_ckpt(d)
+    d.estimate = w
+    if str(s.get("attn", "")) == "eager":
+        d.alternatives.append("attn_implementation=sdpa would remove the s² attention scores as well")
+    return True
+
+
+def _buckets(ctx: Context, d: _Draft) -> bool:
+    if d.cfg is None:
+        return False
+    zero = d.cfg.setdefault("zero_optimization", {})
+    changed = False
+    for key in ("reduce_bucket_size", "allgather_bucket_size"):
+        v = zero.get(key)
+        if isinstance(v, (int, float)) and v > 5e8:
+            zero[key] = 500_000_000
+            d.changes.append(f"zero_optimization.{key}: {v:.0e} → 5e8 (DeepSpeed's default)")
+            changed = True
+    if ctx.phase.phase.value == "zero3_gather":
+        for key, div in (("stage3_max_live_parameters", 4), ("stage3_prefetch_bucket_size", 2)):
+            v = zero.get(key, 1_000_000_000 if "live" in key else 50_000_000)
+            if isinstance(v, (int, float)):
+                zero[key] = int(v) // div
+                d.changes.append(f"zero_optimization.{key}: {int(v):,} → {int(v) // div:,}")
+                changed = True
+    if not changed:
+        v = zero.get("reduce_bucket_size", 500_000_000)
+        if isinstance(v, (int, float)):
+            zero["reduce_bucket_size"] = int(v) // 4
+            d.changes.append(f"zero_optimization.reduce_bucket_size: {int(v):,} → {int(v) // 4:,}")
+            changed = True
+    over = {"reduce_bucket_size": int(zero.get("reduce_bucket_size", 500_000_000))}
+    w = what_if(ctx, "smaller buckets", **over)
+    if w is not None:
+        d.estimate = w
+        if not fits(w, ctx.limit_bytes, MARGIN):
+            d.notes.append("smaller buckets alone are predicted not to be enough")
+            _batch_search(ctx, d, allow_ckpt=True)
+    return changed
+
+
+def _capacity(ctx: Context, d: _Draft) -> bool:
+    s = ctx.setup
+    L = ctx.limit_bytes
+    stage = int(s.get("zero_stage", 0) or 0)
+    ws = int(s.get("world_size", 1) or 1)
+    cands: list[tuple[str, dict[str, Any]]] = []
+    if ws > 1 and stage < 2:
+        cands.append(("ZeRO-2", {"zero_stage": 2}))
+    if ws > 1 and stage < 3:
+        cands.append(("ZeRO-3", {"zero_stage": 3}))
+    if s.offload_optimizer == "none":
+        cands.append(("offload_optimizer=cpu", {"zero_stage": max(stage, 2 if stage < 3 else 3),
+                                                "offload_optimizer": "cpu"}))
+    cands.append(("ZeRO-3 + offload_param + offload_optimizer", {"zero_stage": 3, "offload_optimizer": "cpu",
+                                                                 "offload_param": "cpu"}))
+    chosen = None
+    for label, over in cands:
+        for extra in ({}, {"grad_ckpt": True}):
+            w = what_if(ctx, label, **over, **extra)
+            if w is not None and fits(w, L, MARGIN):
+                chosen = (label, {**over, **extra}, w)
+                break
+        if chosen:
+            break
+    if chosen is None:
+        # with the model states off the GPU, find the batch that fits
+        label, over = cands[-1]
+        for m in _halvings(int(s.get("micro_batch", 1) or 1)):
+            w = what_if(ctx, label, **over, micro_batch=m, grad_ckpt=True)
+            if w is not None and fits(w, L, MARGIN):
+                chosen = (label + f", micro-batch {m}", {**over, "micro_batch": m, "grad_ckpt": True}, w)
+                break
+    lora = what_if(ctx, "LoRA r=16 + checkpointing", lora_rank=16, grad_ckpt=True)
+    if lora is not None:
+        d.alternatives.append(f"LoRA (r=16) with checkpointing instead: predicted {fmt_bytes(lora.peak)}, no "
+                              "host RAM for offload, but it trains adapters rather than the full model")
+    if chosen is None:
+        if lora is not None and fits(lora, L, MARGIN):
+            d.args["lora_r"] = 16
+            _set_ckpt(d)
+            d.changes.append("train LoRA adapters (r=16) instead of all weights: nothing else fits this GPU")
+            d.estimate = lora
+            return True
+        d.notes.append("no ZeRO / offload setting is predicted to fit on this GPU count; add GPUs or use a "
+                       "smaller model")
+        return False
+    label, over, w = chosen
+    d.estimate = w
+    zero = d.cfg.setdefault("zero_optimization", {}) if d.cfg is not None else None
+    if zero is not None:
+        if over.get("zero_stage") is not None and over["zero_stage"] != stage:
+            zero["stage"] = over["zero_stage"]
+            d.changes.append(f"zero_optimization.stage: {stage} → {over['zero_stage']}")
+            if over["zero_stage"] == 3 and s.offload_param != "none":
+                d.changes.append("the offload_param already in the config takes effect (it was ignored at stage "
+                                 f"{stage})")
+        for what in ("optimizer", "param"):
+            if over.get(f"offload_{what}") == "cpu" and getattr(s, f"offload_{what}") == "none":
+                zero[f"offload_{what}"] = {"device": "cpu", "pin_memory": True}
+                d.changes.append(f"zero_optimization.offload_{what}: cpu (pinned)")
+        if over.get("offload_optimizer") == "cpu" and d.cfg is not None:
+            d.cfg.setdefault("zero_force_ds_cpu_optimizer", False) if _client_optimizer(ctx) else None
+        if zero.get("stage") == 3:
+            for k in ("allgather_bucket_size", "allgather_partitions", "reduce_scatter"):
+                zero.pop(k, None)
+        else:
+            if "offload_param" in zero and zero.get("stage", stage) < 3:
+                zero.pop("offload_param")
+                d.changes.append("zero_optimization.offload_param removed (ignored below stage 3)")
+    else:
+        d.notes.append("the run did not use DeepSpeed: these are DeepSpeed settings to adopt")
+        d.cfg = _minimal_ds_config(ctx, over)
+    if "micro_batch" in over:
+        mb = int(s.get("micro_batch", 1) or 1)
+        gas = int(s.get("grad_accum", 1) or 1)
+        _set_batch(ctx, d, over["micro_batch"], gas * mb // over["micro_batch"])
+    if over.get("grad_ckpt") and not s.get("grad_ckpt", False):
+        _set_ckpt(d)
+    if w.estimate.host_bytes:
+        d.notes.append(f"needs about {fmt_bytes(w.estimate.host_bytes)} of host RAM per node for offloaded state")
+    return True
+
+
+def _config(ctx: Context, primary: Finding, d: _Draft) -> bool:
+    if d.cfg is None:
+        return False
+    changed = False
+    for fx in primary.fixes:
+        if fx.kind != "ds_config" or not isinstance(fx.value, (int, float)) or isinstance(fx.value, bool):
+            continue
+        path = fx.key.split(".")
+        node = d.cfg
+        for p in path[:-1]:
+            node = node.setdefault(p, {})
+        old = node.get(path[-1])
+        node[path[-1]] = fx.value
+        d.changes.append(f"{fx.key}: {old!r} → {fx.value!r}")
+        changed = True
+    # the lint catches what the primary does not name (more floats, more "auto")
+    try:
+        from ..dsconfig.lint import lint
+
+        for msg in lint(d.cfg, world_size=int(ctx.setup.get("world_size", 1) or 1)):
+            if msg.code == "DSC031" and msg.severity == "error":
+                m = re.search(r"(\d+)\s*$", msg.fix or "")
+                path = msg.key.split(".")
+                node = d.cfg
+                for p in path[:-1]:
+                    node = node.get(p, {})
+                v = node.get(path[-1]) if isinstance(node, dict) else None
+                if isinstance(v, float) and isinstance(node, dict):
+                    node[path[-1]] = int(v)
+                    d.changes.append(f"{msg.key}: {v!r} → {int(v)}")
+                    changed = True
+    except Exception:  # the lint is optional help here
+        pass
+    d.estimate = what_if(ctx, "as configured")
+    return changed
+
+
+def _host(ctx: Context, d: _Draft) -> bool:
+    s = ctx.setup
+    if d.cfg is None or (s.offload_optimizer == "none" and s.offload_param == "none"):
+        return False
+    zero = d.cfg.setdefault("zero_optimization", {})
+    w = what_if(ctx, "no offload", offload_optimizer="none", offload_param="none")
+    if w is not None and fits(w, ctx.limit_bytes, MARGIN):
+        zero.pop("offload_optimizer", None)
+        zero.pop("offload_param", None)
+        d.changes.append("zero_optimization.offload_optimizer/offload_param removed: the model states fit on the "
+                         "GPU, so nothing needs the host's RAM")
+        d.estimate = w
+        return True
+    for k in ("offload_optimizer", "offload_param"):
+        if isinstance(zero.get(k), dict):
+            zero[k]["pin_memory"] = False
+    d.changes.append("offload pin_memory: false (pageable buffers; same RAM, fewer locked pages)")
+    d.notes.append("the model states do not fit on the GPU without offload: the job needs more host RAM, "
+                   "NVMe offload (device: nvme, nvme_path) or more nodes")
+    d.estimate = what_if(ctx, "as configured")
+    return True
+
+
+# ------------------------------------------------------------------ helpers
+
+def _halvings(mb: int) -> list[int]:
+    out = [mb]
+    while mb > 1:
+        mb = max(1, mb // 2)
+        out.append(mb)
+    return out
+
+
+def _client_optimizer(ctx: Context) -> bool:
+    cfg = ctx.setup.ds_config or {}
+    return "optimizer" not in cfg
+
+
+def _minimal_ds_config(ctx: Context, over: dict[str, Any]) -> dict[str, Any]:
+    mb = int(over.get("micro_batch", ctx.setup.get("micro_batch", 1) or 1))
+    zero: dict[str, Any] = {"stage": over.get("zero_stage", 2), "overlap_comm": True, "contiguous_gradients": True}
+    for what in ("optimizer", "param"):
+        if over.get(f"offload_{what}") == "cpu":
+            zero[f"offload_{what}"] = {"device": "cpu", "pin_memory": True}
+    return {"train_micro_batch_size_per_gpu": mb,
+            "gradient_accumulation_steps": int(ctx.setup.get("grad_accum", 1) or 1),
+            "bf16": {"enabled": ctx.setup.dtype == "bf16"}, "fp16": {"enabled": ctx.setup.dtype == "fp16"},
+            "zero_optimization": zero, "gradient_clipping": 1.0, "zero_force_ds_cpu_optimizer": False}
+
+
+def _set_batch(ctx: Context, d: _Draft, micro: int, gas: int) -> None:
+    mb0 = int(ctx.setup.get("micro_batch", 1) or 1)
+    gas0 = int(ctx.setup.get("grad_accum", 1) or 1)
+    d.args["per_device_train_batch_size"] = micro
+    d.args["gradient_accumulation_steps"] = gas
+    d.changes.append(f"micro-batch {mb0} → {micro}, gradient accumulation {gas0} → {gas} "
+                     f"(global batch {mb0 * gas0} → {micro * gas} per GPU)")
+    if d.cfg is not None:
+        for key, val in (("train_micro_batch_size_per_gpu", micro), ("gradient_accumulation_steps", gas)):
+            if d.cfg.get(key) == "auto":
+                continue                       # the HF integration fills it from the trainer argument
+            d.cfg[key] = val
+        if isinstance(d.cfg.get("train_batch_size"), int):
+            d.cfg["train_batch_size"] = micro * gas * int(ctx.setup.get("world_size", 1) or 1)
+
+
+def _set_ckpt(d: _Draft) -> None:
+    d.args["gradient_checkpointing"] = True
+    d.changes.append("gradient checkpointing on (recompute each layer in backward)")
+
+
+def _diff(old: Any, new: Any) -> Any:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: dict[str, Any] = {}
+        for k in set(old) | set(new):
+            if k not in new:
+                out[k] = None
+            elif k not in old:
+                out[k] = new[k]
+            elif old[k] != new[k]:
+                out[k] = _diff(old[k], new[k])
+        return out
+    return new
+
+
+def _finish(ctx: Context, d: _Draft) -> RerunPlan:
+    old = ctx.setup.ds_config or {}
+    diff = _diff(old, d.cfg) if d.cfg is not None else {}
+    validated = None
+    errors: tuple[str, ...] = ()
+    if d.cfg is not None:
+        try:
+            from ..dsconfig.validate import validate_with_deepspeed
+
+            out = validate_with_deepspeed(d.cfg, int(ctx.setup.get("world_size", 1) or 1), hf_auto=True)
+            if out.available:
+                validated = out.passed
+                errors = tuple(out.errors)
+        except Exception as e:  # validation is a check on our output, never a reason to fail
+            errors = (f"validation unavailable: {type(e).__name__}",)
+    est = d.estimate.estimate if d.estimate is not None else None
+    predicted = d.predicted if d.predicted is not None else (est.predicted_peak_bytes if est else None)
+    mb0 = int(ctx.setup.get("micro_batch", 1) or 1) * int(ctx.setup.get("grad_accum", 1) or 1)
+    mb1 = int(d.args.get("per_device_train_batch_size", ctx.setup.get("micro_batch", 1) or 1)) * int(
+        d.args.get("gradient_accumulation_steps", ctx.setup.get("grad_accum", 1) or 1))
+    L = ctx.limit_bytes
+    return RerunPlan(
+        ds_config=d.cfg, ds_config_diff=diff, env=d.env, trainer_args=d.args, predicted_peak_bytes=predicted,
+        device_bytes=L, changes=tuple(d.changes),
+        fits=(predicted <= MARGIN * L) if predicted is not None and L else None,
+        host_bytes=est.host_bytes if est else None, global_batch_kept=round(mb1 / mb0, 3) if mb0 else None,
+        validated_by_deepspeed=validated, validation_errors=errors, notes=tuple(d.notes),
+        alternatives=tuple(d.alternatives), breakdown=dict(est.breakdown) if est else {})

@@ -1,0 +1,183 @@
+"""Torch OOM messages of every generation, from real logs.
+
+Sources: the measured torch 2.11 runs quoted in shared/reference/pytorch.md
+§3 (observed), the public issues it cites, and our own captures in
+sample_logs/.  Each excerpt is verbatim.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from oompost.model import OomKind
+from oompost.parsers import parse_text
+from oompost.units import GiB, MiB, parse_size
+
+# pytorch.md §3.1, observed 2.11 (capacity OOM)
+NEW_2_11 = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 200.00 GiB. GPU 0 has a total capacity of "
+            "139.80 GiB of which 138.71 GiB is free. Including non-PyTorch memory, this process has 1.08 GiB memory in "
+            "use. Of the allocated memory 337.06 MiB is allocated by PyTorch, and 24.94 MiB is reserved by PyTorch but "
+            "unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_"
+            "segments:True to avoid fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/"
+            "docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
+# pytorch.md §3.1, observed 2.11 under set_per_process_memory_fraction (the "allowed;" clause)
+ALLOWED = ("CUDA out of memory. Tried to allocate 500.00 MiB. GPU 0 has a total capacity of 139.80 GiB of which 137.49 "
+           "GiB is free. Including non-PyTorch memory, this process has 2.31 GiB memory in use. 2.00 GiB allowed; Of the "
+           "allocated memory 900.00 MiB is allocated by PyTorch, and 944.00 MiB is reserved by PyTorch but unallocated. "
+           "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
+           "avoid fragmentation.")
+# github.com/Tianhao-Qi/Mask2DiT/issues/4 (another process listed, no "this process")
+OTHER_PROC = ("CUDA out of memory. Tried to allocate 35.60 GiB. GPU 0 has a total capacity of 79.33 GiB of which 26.16 "
+              "GiB is free. Process 76883 has 53.16 GiB memory in use. Of the allocated memory 11.97 GiB is allocated by "
+              "PyTorch, and 40.69 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large "
+              "try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation "
+              "for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+# 2.1 (PR #99699): "capacty" typo and the max_split_size_mb advice
+V2_1 = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 102.00 MiB. GPU 0 has a total capacty of "
+        "39.38 GiB of which 29.81 MiB is free. Including non-PyTorch memory, this process has 39.32 GiB memory in use. Of "
+        "the allocated memory 37.54 GiB is allocated by PyTorch, and 1.12 GiB is reserved by PyTorch but unallocated. If "
+        "reserved but unallocated memory is large try setting max_split_size_mb to avoid fragmentation.  See "
+        "documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF")
+# ≤2.0, github.com/CompVis/taming-transformers/issues/194
+OLD = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.39 GiB (GPU 0; 6.00 GiB total capacity; "
+       "4.04 GiB already allocated; 478.00 MiB free; 4.15 GiB reserved in total by PyTorch) If reserved memory is >> "
+       "allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management "
+       "and PYTORCH_CUDA_ALLOC_CONF")
+# 2020, github.com/pytorch/pytorch/issues/35901 (RuntimeError, no advice sentence)
+OLDEST = ("RuntimeError: CUDA out of memory. Tried to allocate 10.84 GiB (GPU 0; 23.65 GiB total capacity; 1.06 GiB "
+          "already allocated; 10.26 GiB free; 12.53 GiB reserved in total by PyTorch)")
+# github.com/pytorch/pytorch/issues/126766 (truncated message, torch 2.3.0)
+TRUNCATED = "OutOfMemoryError: CUDA out of memory. Tried to allocate 3725.29 GiB. GPU"
+# pytorch.md §3.5, observed 2.11, backend:cudaMallocAsync
+ASYNC = """torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)
+Currently allocated     : 337.06 MiB
+Requested               : 200.00 GiB
+Device limit            : 139.80 GiB
+Free (according to CUDA): 31.12 MiB
+PyTorch limit (set by user-supplied memory fraction)
+                        : 17179869184.00 GiB
+"""
+# pytorch.md §3.6, observed 2.11
+CUBLAS = "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+CPU = ("RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+       "tried to allocate 1125899906842624 bytes. Error code 12 (Cannot allocate memory)")
+CUDA_ERR = "RuntimeError: CUDA error: out of memory"
+GARBAGE_NVML = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity "
+                "of 23.65 GiB of which 3.06 MiB is free. Including non-PyTorch memory, this process has 17179869184.00 "
+                "GiB memory in use. Of the allocated memory 22.80 GiB is allocated by PyTorch, and 183.21 MiB is "
+                "reserved by PyTorch but unallocated.")
+
+
+def one(text: str):
+    ev = parse_text(text)
+    assert len(ev.ooms) == 1, ev.ooms
+    return ev.ooms[0]
+
+
+def test_new_format_2_11():
+    o = one(NEW_2_11)
+    assert o.kind is OomKind.CACHING_ALLOCATOR
+    assert o.message_format == ">=2.2"
+    assert o.exception == "torch.OutOfMemoryError"
+    assert o.requested_bytes == 200 * GiB
+    assert o.capacity_bytes == parse_size("139.80 GiB")
+    assert o.free_bytes == parse_size("138.71 GiB")
+    assert o.process_in_use_bytes == parse_size("1.08 GiB")
+    assert o.allocated_bytes == parse_size("337.06 MiB")
+    assert o.reserved_unallocated_bytes == parse_size("24.94 MiB")
+    assert o.allowed_bytes is None and o.limit_bytes == o.capacity_bytes
+
+
+def test_allowed_clause_sets_the_limit():
+    o = one(ALLOWED)
+    assert o.allowed_bytes == 2 * GiB
+    assert o.limit_bytes == 2 * GiB          # not the 139.80 GiB card
+    assert o.free_bytes == parse_size("137.49 GiB")
+    assert o.reserved_unallocated_bytes == 944 * MiB
+    assert o.reserved_bytes == 900 * MiB + 944 * MiB
+
+
+def test_other_process_clause():
+    o = one(OTHER_PROC)
+    assert o.other_processes == ((76883, parse_size("53.16 GiB")),)
+    assert o.process_in_use_bytes is None
+    assert o.reserved_unallocated_bytes == parse_size("40.69 GiB")
+
+
+def test_2_1_typo_format():
+    o = one(V2_1)
+    assert o.message_format == "2.1"
+    assert o.capacity_bytes == parse_size("39.38 GiB")
+    assert o.exception == "torch.cuda.OutOfMemoryError"
+
+
+@pytest.mark.parametrize("text,alloc,reserved", [(OLD, "4.04 GiB", "4.15 GiB"), (OLDEST, "1.06 GiB", "12.53 GiB")])
+def test_old_format(text, alloc, reserved):
+    o = one(text)
+    assert o.message_format == "<=2.0"
+    assert o.allocated_bytes == parse_size(alloc)
+    assert o.reserved_bytes == parse_size(reserved)
+    assert o.reserved_unallocated_bytes == parse_size(reserved) - parse_size(alloc)
+
+
+def test_truncated_message_is_kept_and_flagged():
+    o = one(TRUNCATED)
+    assert o.truncated
+    assert o.requested_bytes == parse_size("3725.29 GiB")
+    assert o.capacity_bytes is None
+
+
+def test_malloc_async_block():
+    o = one(ASYNC)
+    assert o.kind is OomKind.MALLOC_ASYNC
+    assert o.requested_bytes == 200 * GiB
+    assert o.allocated_bytes == parse_size("337.06 MiB")
+    assert o.capacity_bytes == parse_size("139.80 GiB")
+    assert o.allowed_bytes is None          # 2**64 bytes means "no fraction"
+
+
+@pytest.mark.parametrize("text,kind", [(CUBLAS, OomKind.CUBLAS), (CPU, OomKind.HOST), (CUDA_ERR, OomKind.CUDA_ERROR)])
+def test_non_allocator_failures(text, kind):
+    assert one(text).kind is kind
+
+
+def test_host_allocator_request():
+    assert one(CPU).requested_bytes == 1125899906842624
+
+
+def test_garbage_nvml_value_is_unknown():
+    o = one(GARBAGE_NVML)
+    assert o.process_in_use_bytes is None
+    assert o.allocated_bytes == parse_size("22.80 GiB")
+
+
+def test_traceback_is_attached_and_rank_prefix_stripped():
+    text = "\n".join([
+        "[rank3]: Traceback (most recent call last):",
+        '[rank3]:   File "/work/train.py", line 184, in main',
+        "[rank3]:     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config)",
+        '[rank3]:   File "/site/deepspeed/runtime/zero/stage_1_and_2.py", line 505, in __init__',
+        "[rank3]:     flattened_buffer = self.flatten_dense_tensors_aligned(",
+        "[rank3]: " + NEW_2_11,
+    ])
+    o = one(text)
+    assert o.rank == 3
+    assert [f.name for f in o.stack.frames] == ["main", "__init__"]
+    assert o.stack.frames[-1].code.startswith("flattened_buffer")
+
+
+def test_duplicate_message_in_child_failed_block_is_one_event():
+    assert len(parse_text(NEW_2_11 + "\n" + NEW_2_11 + "\n").ooms) == 1
+
+
+def test_real_capture_activation_spike():
+    """sample_logs/activation_spike_long_batch: plain PyTorch, 24 GiB emulated card."""
+    from pathlib import Path
+
+    from oompost.parsers import parse_paths
+
+    ev = parse_paths([str(Path(__file__).parent.parent / "sample_logs/activation_spike_long_batch/run.log")])
+    (o,) = ev.ooms
+    assert o.allowed_bytes == parse_size("23.19 GiB")
+    assert o.requested_bytes == 304 * MiB
+    assert o.stack.frames[-1].filename.endswith("modeling_qwen2.py")
