@@ -210,8 +210,39 @@ def test_hostile_object_nested_in_a_real_snapshot(tmp_path: Path) -> None:
 def test_any_global_is_refused_even_harmless_ones(tmp_path: Path) -> None:
     import collections
 
-    with pytest.raises(HostilePickleError, match="collections.OrderedDict"):
-        load_snapshot(write(tmp_path, {"segments": [], "s": collections.OrderedDict(a=1)}))
+    with pytest.raises(HostilePickleError, match="collections.deque"):
+        load_snapshot(write(tmp_path, {"segments": [], "s": collections.deque([1])}))
+
+
+def test_data_only_types_of_capture_hooks_become_builtins(tmp_path: Path) -> None:
+    """memory_stats() is an OrderedDict and torch.__version__ a TorchVersion (a str
+    subclass): hooks put both in snapshot metadata.  They load as dict and str;
+    nothing is imported."""
+    import collections
+
+    class TorchVersion(str):
+        pass
+
+    TorchVersion.__module__, TorchVersion.__qualname__ = "torch.torch_version", "TorchVersion"
+    import sys
+    import types
+
+    mod = types.ModuleType("torch.torch_version")
+    mod.TorchVersion = TorchVersion
+    saved = {k: sys.modules.get(k) for k in ("torch.torch_version",)}
+    sys.modules["torch.torch_version"] = mod
+    try:
+        path = write(tmp_path, {"segments": [], "oompost_meta": {
+            "stats": collections.OrderedDict(num_ooms=1), "torch": TorchVersion("2.11.0+cu130")}})
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    snap = load_snapshot(path)
+    assert type(snap.meta["stats"]) is dict and snap.meta["stats"]["num_ooms"] == 1
+    assert snap.meta["torch"] == "2.11.0+cu130" and isinstance(snap.meta["torch"], str)
 
 
 def test_persistent_ids_are_refused(tmp_path: Path) -> None:

@@ -179,6 +179,12 @@ class LogLine:
     rank: int | None = None
     local_rank: int | None = None
     host: str | None = None
+    prev_raw: bytes = b""           # the previous physical line as read (decoded only by who needs it)
+
+    @property
+    def prev(self) -> str:
+        """The previous physical line, prefixes stripped (e.g. see_memory_usage's label line)."""
+        return strip_prefixes(self.prev_raw.decode("utf-8", errors="replace"))[0] if self.prev_raw else ""
 
 
 _PREFIX_RE = re.compile(
@@ -198,8 +204,21 @@ def rank_hint_from_name(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+_PREFIX_START = frozenset("[( 0123456789")
+
+
 def strip_prefixes(raw: str, *, host_prefixes: bool = False) -> tuple[str, int | None, int | None, str | None]:
     """Remove stacked launcher prefixes.  Returns (text, rank, local_rank, host)."""
+    if not raw or (raw[0] not in _PREFIX_START and not host_prefixes):
+        return raw, None, None, None
+    if raw.startswith("[rank"):                      # the common case, without the regex
+        close = raw.find("]:", 5, 12)
+        if close > 5 and raw[5:close].isdigit():
+            rest = raw[close + 2:]
+            if rest[:1] == " ":
+                rest = rest[1:]
+            if not rest or rest[0] not in _PREFIX_START:
+                return rest, int(raw[5:close]), None, None
     text = raw
     rank = local = None
     host = None
@@ -263,6 +282,208 @@ def iter_lines(path: str | os.PathLike[str], *, host_prefixes: bool = False) -> 
             raise TruncatedInput(lineno, str(e)) from None
     finally:
         f.close()
+
+
+def iter_raw_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes without the newline), streamed in large blocks."""
+    f = open_binary(path)
+    try:
+        lineno = 0
+        try:
+            for raw in f:
+                lineno += 1
+                yield lineno, raw.rstrip(b"\r\n")
+        except (OSError, EOFError) as e:
+            raise TruncatedInput(lineno, str(e)) from None
+    finally:
+        f.close()
+
+
+class LineScanner:
+    """Streams a (possibly gzipped) file in large blocks and yields only the
+    lines that contain a sentinel — found with ``bytes.find`` over the whole
+    block, at memory speed — plus every line while the consumer sets
+    ``want_all`` (a multi-line construct is open).  Sentinel group ``i``
+    belongs to consumer ``i``; a yielded line carries the bit mask of the
+    consumers whose sentinels it contains (0 for a line yielded only because
+    of ``want_all``).  Line numbers stay exact: the newlines of skipped
+    stretches are counted, not iterated.
+
+    For big files the sentinel search runs in a second process (one pass per
+    sentinel over each block is what costs time), overlapping the parsing.
+    """
+
+    BLOCK = 4 * 2**20
+    PARALLEL_MIN_BYTES = 24 * 2**20
+
+    def __init__(self, path: str | os.PathLike[str], groups: list[tuple[str, ...]]) -> None:
+        self.path = path
+        self.sentinels = _merged_sentinels(groups)
+        self.want_all = False
+        self.lines_read = 0
+
+    def __iter__(self) -> Iterator[tuple[int, bytes, bytes, int]]:
+        worker = self._start_worker()
+        lineno = 0
+        try:
+            for block, cands in _blocks(self.path, self.sentinels if worker is None else None):
+                if worker is not None:
+                    cands = worker.recv()
+                yield from self._block(block, lineno, cands)
+                lineno += block.count(b"\n")
+        finally:
+            self.lines_read = lineno
+            if worker is not None:
+                worker.close()
+
+    def _start_worker(self):  # type: ignore[no-untyped-def]
+        try:
+            if os.path.getsize(self.path) < self.PARALLEL_MIN_BYTES:
+                return None
+            import multiprocessing as mp
+
+            ctx = mp.get_context("fork")
+        except (OSError, ValueError, AttributeError):
+            return None
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_candidate_worker, args=(self.path, self.sentinels, child), daemon=True)
+        proc.start()
+        child.close()
+        return _Worker(parent, proc)
+
+    def _block(self, block: bytes, base: int, masks: dict[int, int]) -> Iterator[tuple[int, bytes, bytes, int]]:
+        starts = sorted(masks)
+        pos = 0
+        lineno = base
+        n = len(block)
+        i = 0
+        count = block.count
+        find = block.find
+        rfind = block.rfind
+        while pos < n:
+            if not self.want_all:
+                while i < len(starts) and starts[i] < pos:
+                    i += 1
+                if i == len(starts):
+                    return
+                target = starts[i]
+                lineno += count(b"\n", pos, target)
+                pos = target
+            end = find(b"\n", pos)
+            lineno += 1
+            prev = block[rfind(b"\n", 0, pos - 1) + 1:pos - 1] if pos else b""
+            yield lineno, block[pos:end].rstrip(b"\r"), prev, masks.get(pos, 0)
+            pos = end + 1
+
+
+class _Worker:
+    def __init__(self, conn, proc) -> None:  # type: ignore[no-untyped-def]
+        self.conn, self.proc = conn, proc
+
+    def recv(self) -> dict[int, int]:
+        msg = self.conn.recv()
+        if isinstance(msg, BaseException):
+            raise msg
+        return msg
+
+    def close(self) -> None:
+        self.conn.close()
+        if self.proc.is_alive():
+            self.proc.terminate()
+        self.proc.join(timeout=5)
+
+
+def _merged_sentinels(groups: list[tuple[str, ...]]) -> dict[bytes, int]:
+    """Sentinel → consumer bit mask.  Within one consumer's group, a sentinel
+    containing a shorter one adds no lines and is dropped (each costs a pass)."""
+    out: dict[bytes, int] = {}
+    for i, group in enumerate(groups):
+        kept: list[bytes] = []
+        for b in sorted({g.encode() for g in group}, key=len):
+            if not any(k in b for k in kept):
+                kept.append(b)
+        for b in kept:
+            out[b] = out.get(b, 0) | (1 << i)
+    return out
+
+
+def _blocks(path: str | os.PathLike[str], sentinels: dict[bytes, int] | None) -> Iterator[tuple[bytes, dict[int, int]]]:
+    """Newline-aligned blocks of the file, with their candidates when asked."""
+    f = open_binary(path)
+    carry = b""
+    lineno = 0
+    try:
+        while True:
+            try:
+                data = f.read(LineScanner.BLOCK)
+            except (OSError, EOFError) as e:
+                raise TruncatedInput(lineno, str(e)) from None
+            if not data:
+                if carry:
+                    block = carry + b"\n"
+                    yield block, (_candidates(block, sentinels) if sentinels is not None else {})
+                return
+            block = carry + data
+            cut = block.rfind(b"\n")
+            if cut < 0:
+                carry = block
+                continue
+            carry = block[cut + 1:]
+            block = block[:cut + 1]
+            lineno += block.count(b"\n")
+            yield block, (_candidates(block, sentinels) if sentinels is not None else {})
+    finally:
+        f.close()
+
+
+def _candidates(block: bytes, sentinels: dict[bytes, int]) -> dict[int, int]:
+    """Line start offset → mask of the consumers whose sentinels occur on that line."""
+    hits: dict[int, int] = {}
+    find = block.find
+    rfind = block.rfind
+    for s, bit in sentinels.items():
+        j = find(s)
+        while j >= 0:
+            start = rfind(b"\n", 0, j) + 1
+            hits[start] = hits.get(start, 0) | bit
+            nxt = find(b"\n", j)
+            j = find(s, nxt + 1) if nxt >= 0 else -1
+    return hits
+
+
+def _candidate_worker(path, sentinels, conn) -> None:  # type: ignore[no-untyped-def]
+    try:
+        for block, cands in _blocks(path, sentinels):
+            conn.send(cands)
+    except BaseException as e:  # report, never hang the reader
+        try:
+            conn.send(e)
+        except Exception:
+            pass
+    finally:
+        conn.close()
+
+
+def decode_line(lineno: int, raw: bytes, *, host_prefixes: bool = False, prev: bytes = b"") -> list[LogLine]:
+    """A physical line as LogLines (carriage returns split it), prefixes stripped."""
+    text = raw.decode("utf-8", errors="replace")
+    if "\r" not in text and len(text) <= MAX_LINE_CHARS and "[rank" not in text[1:]:
+        body, rank, local, host = strip_prefixes(text, host_prefixes=host_prefixes)
+        return [LogLine(lineno, body, text, rank, local, host, prev)]
+    parts = text.split("\r") if "\r" in text else (text,)
+    out = []
+    for part in parts:
+        if not part:
+            continue
+        if len(part) > MAX_LINE_CHARS:
+            part = part[:MAX_LINE_CHARS]
+        if "[rank" in part and not part.startswith("[rank"):
+            m = _MIDLINE_RANK_RE.search(part)
+            if m:
+                part = part[m.start():]
+        body, rank, local, host = strip_prefixes(part, host_prefixes=host_prefixes)
+        out.append(LogLine(lineno, body, part, rank, local, host, prev))
+    return out
 
 
 class TruncatedInput(Exception):

@@ -14,7 +14,10 @@ from collections.abc import Iterable
 
 from ..errors import InputError
 from ..model import DsConfigSeen, Evidence, InputInfo, InputKind, SourceRef
-from ..sources import OUTPUT_KIND, TruncatedInput, expand_paths, iter_lines, load_json, rank_hint_from_name, sniff
+import re
+
+from ..sources import (OUTPUT_KIND, LineScanner, TruncatedInput, decode_line, expand_paths, load_json,
+                       rank_hint_from_name, sniff)
 from .base import EvidenceBuilder, LineParser, TracebackTracker
 
 
@@ -66,12 +69,41 @@ def _parse_text(path: str, kind: InputKind, out: EvidenceBuilder, sniff_note: st
                                  for f in _text_parser_factories()]
     warnings: list[str] = []
     n = 0
+    # Most lines of a big log interest no parser.  Each parser declares the literal
+    # substrings its patterns need (SENTINELS); the scanner finds them with
+    # bytes.find over large blocks, and only those lines -- plus every line while a
+    # multi-line block (a traceback, a JSON dump, a ChildFailedError) is open -- are
+    # decoded, prefix-stripped and offered to the parsers.
+    # bit i of a line's mask: parser i's sentinels occur in it; the last bit: a traceback starts
+    scanner = LineScanner(path, [p.SENTINELS for p in parsers] + [TracebackTracker.SENTINELS])
+    on_close = [p for p in parsers if p.TRIGGER is None]
+    indexed = [(1 << i, p) for i, p in enumerate(parsers) if p.TRIGGER is not None]
+    multiline = [*parsers, tracebacks]
+    from .steps import StepParser
+
+    steps = next((p for p in parsers if isinstance(p, StepParser)), None)
+    steps_bit = 1 << parsers.index(steps) if steps is not None else 0
     try:
-        for ln in iter_lines(path):
-            n = ln.lineno
-            tracebacks.feed(ln, ln.rank if ln.rank is not None else (ln.local_rank if ln.local_rank is not None else rank_hint))
-            for p in parsers:
-                p.feed(ln)
+        for n, raw, prev, mask in scanner:
+            if mask == steps_bit and not scanner.want_all and steps.feed_raw(n, raw, prev):
+                continue
+            for ln in decode_line(n, raw, prev=prev):
+                rank = ln.rank if ln.rank is not None else (ln.local_rank if ln.local_rank is not None else rank_hint)
+                tracebacks.feed(ln, rank)
+                for bit, p in indexed:
+                    if mask & bit or mask < 0 or p.busy:
+                        p.feed(ln)
+                closed = tracebacks.closed_on(rank, n)
+                for p in on_close:
+                    if closed or p.busy:
+                        p.feed(ln)
+            want = False
+            for p in multiline:
+                if p.busy:
+                    want = True
+                    break
+            scanner.want_all = want
+        n = scanner.lines_read
     except TruncatedInput as e:
         warnings.append(f"file ends early after line {e.lineno} ({e.reason}); parsed what was there")
     except InputError as e:

@@ -7,6 +7,7 @@ per-rank state because ranks interleave in one file.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -62,6 +63,26 @@ class EvidenceBuilder:
             warnings=tuple(self.warnings))
 
 
+def literal_trigger(words: "tuple[str, ...] | list[str]") -> "re.Pattern[str]":
+    """One regex matching any of ``words`` (literals), built as a trie so the
+    engine tries few branches per position."""
+    trie: dict = {}
+    for w in set(words):
+        node = trie
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict) -> str:
+        alts = [re.escape(ch) + build(sub) for ch, sub in sorted(node.items()) if ch]
+        if not alts:
+            return ""
+        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return re.compile(build(trie))
+
+
 class LineParser(Protocol):
     """A text parser.  One instance per input file."""
 
@@ -80,7 +101,6 @@ class ParserFactory(Protocol):
 # ------------------------------------------------------------ tracebacks
 
 from ..model import Frame, Stack  # noqa: E402  (kept next to its only user)
-import re  # noqa: E402
 
 _TB_START = "Traceback (most recent call last):"
 _TB_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>.+?)\s*$')
@@ -104,6 +124,14 @@ class TracebackTracker:
         self._state: dict[int | None, _TbState] = {}
         self._last: dict[int | None, Stack] = {}
         self._closed_at: dict[int | None, int] = {}
+
+    SENTINELS = (_TB_START,)
+    TRIGGER = re.compile(re.escape(_TB_START))
+
+    @property
+    def busy(self) -> bool:
+        """A traceback is open on some rank: every line matters until it closes."""
+        return any(st.active for st in self._state.values())
 
     def feed(self, ln: LogLine, rank: int | None) -> None:
         text = ln.text

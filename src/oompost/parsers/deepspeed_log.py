@@ -23,7 +23,7 @@ import re
 from ..model import DsConfigSeen, MemoryReading
 from ..sources import LogLine
 from ..units import GiB
-from .base import EvidenceBuilder, TracebackTracker, line_rank, ref
+from .base import EvidenceBuilder, TracebackTracker, line_rank, literal_trigger, ref
 
 LOGGER = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)\] \[(?P<lvl>[A-Z]+)\] "
                     r"\[(?P<file>[\w.]+):\d+:(?P<func>\w+)\] (?P<msg>.*)$")
@@ -48,12 +48,19 @@ DS_CFG_KEYS = ("zero_optimization", "train_micro_batch_size_per_gpu", "train_bat
                "gradient_accumulation_steps")
 INLINE_JSON = re.compile(r"(?P<json>\{\".*\})\s*$")
 
-TRIGGERS = ("DeepSpeed", "deepspeed", "ZeRO", "bucket size", "CPU Offload", "MA ", "CPU Virtual Memory",
-            "cache flushes", "MemAllocated", "skipped=", "persistent param", "Persistent param",
-            "partition count", "json = ", "Flattening", "zero_optimization")
+TRIGGERS = ("DeepSpeed info", "deepspeed info", "ZeRO stage", "bucket size", "CPU Offload", "MA ",
+            "CPU Virtual Memory", "cache flushes", "MemAllocated", "skipped=", "persistent param",
+            "Persistent param", "partition count", "json = ", "Flattening", "zero_optimization",
+            "train_micro_batch_size_per_gpu")
 
 
 class DeepSpeedLogParser:
+    SENTINELS = TRIGGERS + (DUMP_HEADER,)
+    TRIGGER = literal_trigger(SENTINELS)
+
+    @property
+    def busy(self) -> bool:
+        return self._in_dump or self._json is not None
     def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
                  tracebacks: TracebackTracker | None = None) -> None:
         self.path = path
@@ -127,11 +134,12 @@ class DeepSpeedLogParser:
             self.out.fact("deepspeed.flatten_on", "cpu" if mf.group("where") == "CPU" else "gpu", r())
             return
         if (mm := MA_LINE.search(msg)):
+            label = self._label(ln)
             self.out.memory.append(MemoryReading(
-                r(), label=self._prev_msg[:120], rank=rank if rank is not None else 0,
+                r(), label=label[:120], rank=rank if rank is not None else 0,
                 allocated=_gib(mm.group("ma")), max_allocated=_gib(mm.group("mma")),
                 reserved=_gib(mm.group("ca")), max_reserved=_gib(mm.group("mca"))))
-            self.out.fact("deepspeed.see_memory_usage", self._prev_msg[:120], r())
+            self.out.fact("deepspeed.see_memory_usage", label[:120], r())
             return
         if (mvm := VM_LINE.search(msg)):
             used, pct = float(mvm.group("used")), float(mvm.group("pct"))
@@ -169,6 +177,12 @@ class DeepSpeedLogParser:
                     return
                 if isinstance(cfg, dict) and any(k in cfg for k in DS_CFG_KEYS):
                     self.out.ds_configs.append(DsConfigSeen(cfg, r(), origin="log"))
+
+    def _label(self, ln: LogLine) -> str:
+        """see_memory_usage prints its label on the line before the MA line."""
+        prev = ln.prev
+        m = LOGGER.match(prev)
+        return (m.group("msg") if m else prev).strip()
 
     def _dump_item(self, msg: str, ln: LogLine) -> None:
         m = DUMP_ITEM.match(msg)

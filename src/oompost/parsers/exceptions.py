@@ -32,6 +32,13 @@ CONFIG_EXC = ("DeepSpeedConfigError", "ZeRORuntimeException")
 
 
 class ExceptionParser:
+    SENTINELS: tuple[str, ...] = ()
+    TRIGGER = None                       # fed by the driver when a traceback closes on the line
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._pending)
+
     def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
                  tracebacks: TracebackTracker | None = None) -> None:
         self.path = path

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from ..model import Failure, FailureKind, RankExit, SourceRef
 from ..sources import LogLine
-from .base import EvidenceBuilder, TracebackTracker, ref
+from .base import literal_trigger, EvidenceBuilder, TracebackTracker, ref
 
 K = FailureKind
 
@@ -219,6 +219,17 @@ class LauncherParser:
         self._pid_ref: SourceRef | None = None
 
     # ------------------------------------------------------------ feed
+
+    SENTINELS = ("ChildFailedError", "exitcode", "closing signal", "forcefully exiting", "exits with return code",
+                 "Killing subprocess", "spawned with command", "terminated with", "srun: error", "slurmstepd",
+                 "ut of memory: Kill", "oom-kill", "cgroup out of memory", "OOMKilled", "Killed", "us error",
+                 "shared memory", "No space left", "137", "ProcessExitedException", "-- Process",
+                 "DataLoader worker", "world_size", "WORLD INFO", "nnodes=", "nproc", "launch.py")
+    TRIGGER = literal_trigger(SENTINELS)
+
+    @property
+    def busy(self) -> bool:
+        return self._cfe is not None or self._spawn is not None
 
     def feed(self, ln: LogLine) -> None:
         t = ln.text

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from ..model import Failure, FailureKind, SourceRef, Stack
 from ..sources import LogLine
-from .base import EvidenceBuilder, TracebackTracker, ref
+from .base import literal_trigger, EvidenceBuilder, TracebackTracker, ref
 
 K = FailureKind
 
@@ -321,6 +321,16 @@ class NcclParser:
         self._full_warned = False
 
     # ------------------------------------------------------------ feed
+
+    # lines worth a look (the driver skips all others unless ``busy``)
+    SENTINELS = ("NCCL WARN", "NCCL ERROR", "NCCL version", " - Init ", "channels", "NVLS", "set by environment",
+                 "NCCL error", "NCCL Error", "NCCL timeout", "WorkNCCL", "NCCL work", "atchdog", "eartbeat",
+                 "ast enqueued", "local_rank:", "Last error", "stuck", "NCCL_")
+    TRIGGER = literal_trigger(SENTINELS)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._blocks) or self._cfe_rank is not None
 
     def feed(self, ln: LogLine) -> None:
         t = ln.text

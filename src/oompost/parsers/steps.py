@@ -15,13 +15,15 @@ implementation, GPU name, torch version, model name.
 
 from __future__ import annotations
 
+import collections
 import re
 
 from ..model import MemoryReading
 from ..sources import LogLine
 from ..units import GiB, KiB, MiB
-from .base import EvidenceBuilder, TracebackTracker, line_rank, ref
+from .base import EvidenceBuilder, TracebackTracker, line_rank, literal_trigger, ref
 
+STEP_BYTES = re.compile(rb"(?<![\w/])(?:global[_ ]step|step|iter(?:ation)?|it)['\"]?\s*[:=]?\s*\d{1,9}\b", re.IGNORECASE)
 STEP = re.compile(r"(?<![\w/])(?:global[_ ]step|step|iter(?:ation)?|it)['\"]?\s*[:=]?\s*(?P<step>\d{1,9})\b(?!\.\d)",
                   re.IGNORECASE)
 _UNIT = r"(?P<unit>GiB|GB|MiB|MB|KiB|KB|G|M)?"
@@ -65,9 +67,19 @@ TOKENS = re.compile(r"padded to (?P<v>\d{2,7}) tokens|\b(?P<v2>\d{3,7})-token (?
 _BOOL = {"true": True, "1": True, "false": False, "0": False}
 
 
+# what any pattern below needs (the driver offers a line only when this matches)
+TRIGGERS = ("alloc", "reserved", "cached", "param", "per_device_train_batch_size", "micro_batch",
+            "gradient_accumulation_steps", "max_seq_length", "max_length", "seq_len", "sequence_length",
+            "block_size", "model_max_length", "max_steps", "world_size", "lora_r", "Instantaneous batch size",
+            "Gradient Accumulation steps", "Total train batch size", "gradient_checkpointing",
+            "checkpointing", "attn_implementation", "NVIDIA", "torch ", "PyTorch", "torch version", "model_name",
+            "seq ", "padded to", "-token ", "torch.Size")
+
+
 class StepParser:
-    TRIGGERS = ("step", "Step", "iter", "param", "batch", "seq", "length", "checkpoint", "attn", "NVIDIA",
-                "torch", "PyTorch", "model", "accumulation", "world_size", "lora", "block_size", "token", "shape")
+    SENTINELS = TRIGGERS
+    TRIGGER = literal_trigger(TRIGGERS)
+    busy = False
 
     def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
                  tracebacks: TracebackTracker | None = None) -> None:
@@ -75,25 +87,84 @@ class StepParser:
         self.out = out
         self.rank_hint = rank_hint
         self._seen_facts: set[str] = set()
+        self._done: set[str] = set()          # single-valued facts already found
+        self._tails: dict[int | None, collections.deque] = {}
+        self._history: dict[int | None, list[LogLine]] = {}
+        self._seen_steps: dict[int | None, int] = {}
+        self._stride: dict[int | None, int] = {}
+
+    # Step lines can be most of a 100 MB log.  They are kept cheaply (the last
+    # KEEP of each rank, plus every 2**k-th earlier one within a bound) and parsed
+    # at the end: the series needs its tail in full (the leak test) and only a
+    # sketch of its history (the timeline).
+    KEEP = 2048
+    HISTORY = 2048
 
     def feed(self, ln: LogLine) -> None:
         text = ln.text
-        if not any(t in text for t in self.TRIGGERS):
-            return
         if text.lstrip().startswith(("File \"", "^")):
             return
-        rank = line_rank(ln, self.rank_hint)
-        self._memory(text, ln, rank)
+        low_memory_word = "lloc" in text or "reserved" in text or "cached" in text or "ALLOC" in text
+        if low_memory_word and STEP.search(text) is not None:
+            self._keep(ln)
+            return
         self._facts(text, ln)
 
+    def feed_raw(self, lineno: int, raw: bytes, prev: bytes) -> bool:
+        """Fast path for lines only this parser wants: a step line with memory
+        figures is kept undecoded (decoded at the end only if it survives the
+        thinning).  Returns False when the line needs the normal path."""
+        if not (b"lloc" in raw or b"reserved" in raw or b"cached" in raw) or STEP_BYTES.search(raw) is None:
+            return False
+        rank = self.rank_hint
+        if raw.startswith(b"[rank"):
+            close = raw.find(b"]:", 5, 12)
+            if close > 5 and raw[5:close].isdigit():
+                rank = int(raw[5:close])
+            else:
+                return False
+        elif raw[:1] in (b"[", b"(") or raw[:1].isdigit():
+            return False                      # another prefix style: take the normal path
+        self._keep_item(rank, (lineno, raw, prev))
+        return True
+
+    def _keep(self, ln: LogLine) -> None:
+        self._keep_item(line_rank(ln, self.rank_hint), ln)
+
+    def _keep_item(self, rank: int | None, item: object) -> None:
+        tail = self._tails.get(rank)
+        if tail is None:
+            tail = self._tails[rank] = collections.deque(maxlen=self.KEEP)
+            self._seen_steps[rank] = 0
+            self._history[rank] = []
+        n = self._seen_steps[rank]
+        self._seen_steps[rank] = n + 1
+        if len(tail) == tail.maxlen:
+            old = tail[0]
+            stride = self._stride.get(rank, 1)
+            if (n - self.KEEP) % stride == 0:
+                hist = self._history[rank]
+                hist.append(old)
+                if len(hist) > self.HISTORY:          # thin the history, keep the stride growing
+                    del hist[::2]
+                    self._stride[rank] = stride * 2
+        tail.append(item)
+
     def finish(self) -> None:
-        pass
+        from ..sources import decode_line
+
+        for rank, tail in self._tails.items():
+            for item in [*self._history[rank], *tail]:
+                ln = item if isinstance(item, LogLine) else decode_line(item[0], item[1], prev=item[2])[0]
+                self._memory(ln.text, ln, rank)
+                if "seq" in ln.text:
+                    m = re.search(r"\bseq(?:_len)?\s+(?P<v>\d+)\b", ln.text)
+                    if m:
+                        self._fact_once("train.step_seq_len", int(m.group("v")), ln)
 
     # -------------------------------------------------------------- memory
 
     def _memory(self, text: str, ln: LogLine, rank: int | None) -> None:
-        if "alloc" not in text.lower() and "reserved" not in text and "cached" not in text:
-            return
         ms = STEP.search(text)
         if ms is None:
             return
@@ -123,7 +194,7 @@ class StepParser:
         self.out.fact(name, value, ref(self.path, ln))
 
     def _facts(self, text: str, ln: LogLine) -> None:
-        if "param" in text:
+        if "param" in text and "model.params" not in self._done:
             for rx in PARAMS:
                 m = rx.search(text)
                 if m:
@@ -136,49 +207,55 @@ class StepParser:
                         value *= 1e9 if m.group("u") == "B" else 1e6
                     if value >= 1e6:
                         self._fact_once("model.params", int(value), ln)
+                        self._done.add("model.params")
                     break
             mt = TRAINABLE.search(text)
             if mt:
                 self._fact_once("model.trainable_params", int((mt.group("n") or mt.group("n2")).replace(",", "")), ln)
-        for m in KV_INT.finditer(text):
+        for m in (KV_INT.finditer(text) if ("_s" in text or "length" in text or "lora_r" in text) else ()):
             key = m.group("key")
             key = {"train_micro_batch_size_per_gpu": "per_device_train_batch_size",
                    "micro_batch_size": "per_device_train_batch_size", "max_length": "max_seq_length",
                    "seq_len": "max_seq_length", "sequence_length": "max_seq_length",
                    "block_size": "max_seq_length", "model_max_length": "max_seq_length"}.get(key, key)
             self._fact_once(f"train.{key}", int(m.group("v")), ln)
-        for rx, key in HF_BANNER:
-            m = rx.search(text)
+        if " = " in text:
+            for rx, key in HF_BANNER:
+                m = rx.search(text)
+                if m:
+                    self._fact_once(f"train.{key}", int(m.group("v")), ln)
+        if "heckpointing" in text:
+            m = GRAD_CKPT.search(text)
             if m:
-                self._fact_once(f"train.{key}", int(m.group("v")), ln)
-        m = GRAD_CKPT.search(text)
-        if m:
-            self._fact_once("train.gradient_checkpointing", _BOOL[m.group("v").lower()], ln)
-        elif any(t in text for t in GRAD_CKPT_ON):
-            self._fact_once("train.gradient_checkpointing", True, ln)
-        m = ATTN.search(text)
-        if m:
-            self._fact_once("train.attn_implementation", m.group("v"), ln)
-        if "NVIDIA" in text:
+                self._fact_once("train.gradient_checkpointing", _BOOL[m.group("v").lower()], ln)
+            elif any(t in text for t in GRAD_CKPT_ON):
+                self._fact_once("train.gradient_checkpointing", True, ln)
+        if "attn_implementation" in text:
+            m = ATTN.search(text)
+            if m:
+                self._fact_once("train.attn_implementation", m.group("v"), ln)
+        if "NVIDIA" in text and "gpu.name" not in self._done:
             m = GPU.search(text)
             if m:
                 self._fact_once("gpu.name", m.group("v").strip(), ln)
-        if "torch" in text or "PyTorch" in text:
+                self._done.add("gpu.name")
+        if ("torch" in text or "PyTorch" in text) and "torch.version" not in self._done and "File" not in text:
             m = TORCH_VER.search(text)
             if m:
                 self._fact_once("torch.version", m.group("v"), ln)
-        m = MODEL_NAME.search(text)
+                self._done.add("torch.version")
+        m = MODEL_NAME.search(text) if "model_name" in text else None
         if m:
             self._fact_once("model.name", m.group("v"), ln)
         if "seq " in text and "step" in text:
             m = re.search(r"\bseq(?:_len)?\s+(?P<v>\d+)\b", text)
             if m:
                 self._fact_once("train.step_seq_len", int(m.group("v")), ln)
-        m = BATCH_SHAPE.search(text)
+        m = BATCH_SHAPE.search(text) if ("torch.Size" in text or "shape" in text or "batch" in text) else None
         if m:
             self._fact_once("train.step_seq_len", int(m.group("s")), ln)
             self._fact_once("train.step_batch", int(m.group("b")), ln)
-        else:
+        elif "token" in text:
             m = TOKENS.search(text)
             if m:
                 self._fact_once("train.step_seq_len", int(m.group("v") or m.group("v2")), ln)

@@ -24,7 +24,7 @@ import re
 from ..model import OomEvent, OomKind, Stack
 from ..sources import LogLine
 from ..units import parse_size_or_none
-from .base import EvidenceBuilder, TracebackTracker, line_rank, ref
+from .base import EvidenceBuilder, TracebackTracker, line_rank, literal_trigger, ref
 
 _SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
 
@@ -59,6 +59,13 @@ def _size(m: re.Match[str] | None, group: str = "sz") -> int | None:
 
 class TorchOomParser:
     """Finds OOM messages; attaches the traceback that led to each."""
+
+    SENTINELS = TRIGGERS
+    TRIGGER = literal_trigger(TRIGGERS)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._async)
 
     def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
                  tracebacks: TracebackTracker | None = None) -> None:

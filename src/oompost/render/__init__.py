@@ -1,0 +1,216 @@
+"""Renderers: one ``Report`` in, one document (str) out.
+
+``render(report, "html" | "md" | "json")`` is the only entry point the CLI
+needs.  The helpers below are the presentation decisions every format shares
+(cause words, how fixes are ranked, what the limit is called) so the HTML and
+Markdown reports never disagree.  Jinja is imported lazily (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..units import GiB, fmt_bytes
+
+if TYPE_CHECKING:  # pragma: no cover
+    import jinja2
+
+    from ..classify.base import Finding, Fix, NotAFix
+    from ..report import OomSummary, Report
+
+# Words shown next to the code.  The code stays the machine-readable name.
+CAUSE_TITLES: dict[str, str] = {
+    "config_error": "Configuration error",
+    "host_oom": "Host (CPU) memory ran out",
+    "nccl_error": "Distributed / NCCL failure",
+    "capacity": "The run does not fit (capacity)",
+    "leak": "Memory leak across steps",
+    "comm_buffer": "Communication buffer does not fit",
+    "fragmentation": "Allocator fragmentation",
+    "activation_spike": "Activation memory spike",
+    "unknown": "Cause not established",
+}
+
+# Default output file names, per format, for the CLI.
+FILENAMES: dict[str, str] = {"html": "report.html", "md": "report.md", "json": "report.json"}
+
+
+def cause_title(cause: str) -> str:
+    return CAUSE_TITLES.get(cause, cause.replace("_", " ").capitalize())
+
+
+def limit_label(oom: "OomSummary | None") -> str:
+    """What the OOM limit is: the memory-fraction cap or the card."""
+    return "allowed cap" if oom is not None and oom.limit_source == "allowed" else "capacity"
+
+
+def gib(n: int | float | None) -> str:
+    """'12.34 GiB'; below 1 GiB the exact size follows: '0.02 GiB (20.00 MiB)'."""
+    if n is None:
+        return "n/a"
+    s = f"{n / GiB:,.2f} GiB"
+    if abs(n) < GiB:
+        s += f" ({fmt_bytes(n)})"
+    return s
+
+
+def clip(text: Any, limit: int) -> str:
+    """One line, at most ``limit`` characters, with an ellipsis saying so."""
+    s = " ".join(str(text).split()) if "\n" in str(text) or "\r" in str(text) else str(text)
+    if len(s) <= limit:
+        return s
+    return s[: max(0, limit - 1)] + "…"
+
+
+def fix_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (dict, list, tuple)):
+        import orjson
+
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RankedFix:
+    fix: "Fix"
+    finding: "Finding"
+    rank: int
+
+
+def ranked_fixes(report: "Report") -> list[RankedFix]:
+    """The primary finding's fixes in its order, then the other cause findings'
+    by confidence, then advice; the same (kind, key, value) only once."""
+    from ..classify.base import Severity
+
+    def order(f: "Finding") -> tuple[int, int, float]:
+        return (0 if f.primary else 1, 0 if f.severity is Severity.CAUSE else 1, -f.confidence)
+
+    seen: set[tuple[str, str, str]] = set()
+    out: list[RankedFix] = []
+    for f in sorted(report.findings, key=order):
+        for x in f.fixes:
+            k = (x.kind, x.key, fix_value(x.value))
+            if k in seen:
+                continue
+            seen.add(k)
+            out.append(RankedFix(x, f, len(out) + 1))
+    return out
+
+
+def not_fixes(report: "Report") -> list["NotAFix"]:
+    """Advice that does not address this cause: the primary finding's first."""
+    seen: set[str] = set()
+    out: list[NotAFix] = []
+    for f in sorted(report.findings, key=lambda f: (not f.primary, -f.confidence)):
+        for n in f.not_fixes:
+            if n.what not in seen:
+                seen.add(n.what)
+                out.append(n)
+    return out
+
+
+def secondary_findings(report: "Report") -> list["Finding"]:
+    return [f for f in report.findings if not f.primary]
+
+
+def oom_numbers(oom: "OomSummary | None") -> list[tuple[str, str]]:
+    """The OOM message's figures as (label, value) rows, known ones only."""
+    if oom is None:
+        return []
+    rows: list[tuple[str, str]] = []
+
+    def add(label: str, v: int | None) -> None:
+        if v is not None:
+            rows.append((label, fmt_bytes(v)))
+
+    add("tried to allocate", oom.requested_bytes)
+    add("tensor requested (snapshot)", oom.requested_tensor_bytes)
+    add("allocated by PyTorch", oom.allocated_bytes)
+    add("reserved but unallocated", oom.reserved_unallocated_bytes)
+    add("free (as the message says)", oom.free_bytes)
+    add("in use by this process", oom.process_in_use_bytes)
+    add("other processes", oom.other_processes_bytes)
+    add("total capacity", oom.capacity_bytes)
+    if oom.limit_bytes is not None:
+        rows.append((f"limit ({limit_label(oom)})", fmt_bytes(oom.limit_bytes)))
+    return rows
+
+
+def ref_label(source: str, line: int | None) -> str:
+    return f"{source}:{line}" if line is not None else source
+
+
+# ------------------------------------------------------------ Jinja (one env)
+
+
+@functools.cache
+def environment() -> "jinja2.Environment":
+    """The one Jinja environment: templates ship in ``oompost/templates``;
+    HTML templates autoescape, Markdown ones are plain text (their own filters
+    make log text safe to paste); an undefined name is an error."""
+    import jinja2
+
+    loader = jinja2.PackageLoader("oompost", "templates")
+    env = jinja2.Environment(
+        loader=loader,
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html", "html.j2", "svg"),
+                                            default_for_string=True, default=True),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["bytes"] = fmt_bytes
+    env.filters["gib"] = gib
+    env.filters["clip"] = clip
+    env.filters["fixvalue"] = fix_value
+    env.globals["cause_title"] = cause_title
+    env.globals["ref_label"] = ref_label
+    return env
+
+
+def asset_source(name: str) -> str:
+    """A file of ``oompost/templates`` read verbatim (our CSS/JS, never log text)."""
+    env = environment()
+    assert env.loader is not None
+    return env.loader.get_source(env, name)[0]
+
+
+# ------------------------------------------------------------------ registry
+
+
+def _html(report: "Report") -> str:
+    from .html import render_html
+
+    return render_html(report)
+
+
+def _md(report: "Report") -> str:
+    from .markdown import render_markdown
+
+    return render_markdown(report)
+
+
+def _json(report: "Report") -> str:
+    from .json_out import render_json
+
+    return render_json(report)
+
+
+RENDERERS: dict[str, Callable[["Report"], str]] = {"html": _html, "md": _md, "json": _json}
+
+
+def render(report: "Report", fmt: str) -> str:
+    """Render ``report`` as ``fmt`` ("html", "md" or "json")."""
+    try:
+        fn = RENDERERS[fmt]
+    except KeyError:
+        raise ValueError(f"unknown report format {fmt!r} (choose from {', '.join(RENDERERS)})") from None
+    return fn(report)
