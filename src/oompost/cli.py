@@ -43,7 +43,25 @@ def write_report(report, out_dir: str, formats: tuple[str, ...], redact: bool) -
     return written
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """Subcommands that live in their own modules are imported only when used,
+    so ``oompost analyze`` does not pay for DeepSpeed's config tables."""
+
+    LAZY = {"estimate": "oompost.commands.estimate:estimate", "check": "oompost.commands.check:check"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.LAZY])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.LAZY:
+            import importlib
+
+            mod, attr = self.LAZY[name].split(":")
+            return getattr(importlib.import_module(mod), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="oompost")
 def cli() -> None:
     """Postmortem analyzer for GPU out-of-memory crashes in large-model training."""
@@ -107,17 +125,6 @@ def scan(roots: tuple[str, ...], output: str, since: str | None, fmt: str, redac
         click.echo(line)
     if result.failed:
         sys.exit(EXIT_SCAN_PARTIAL)
-
-
-def _register_optional() -> None:
-    from .commands.check import check
-    from .commands.estimate import estimate
-
-    cli.add_command(estimate)
-    cli.add_command(check)
-
-
-_register_optional()
 
 
 def main() -> None:

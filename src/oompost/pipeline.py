@@ -76,19 +76,64 @@ def _report(ctx: Context, findings: tuple[Finding, ...], rerun: RerunPlan | None
 
 
 def _summary(ctx: Context, f: Finding, rerun: RerunPlan | None) -> str:
-    words = _CAUSE_WORDS[f.cause]
-    where = f" in {ctx.phase.phase.value.replace('_', ' ')}" if ctx.oom is not None and ctx.phase.phase.value != \
-        "unknown" else ""
+    """One sentence a person can act on: what failed, where, and what to change."""
+    where = f" {_PHASE_WORDS.get(ctx.phase.phase.value, '')}" if ctx.oom is not None and \
+        ctx.phase.phase.value in _PHASE_WORDS else ""
     rank = f" on rank {ctx.first_rank}" if ctx.first_rank is not None and len(ctx.ranks) > 1 else ""
-    s = f"{f.title}{rank}{where} — {words}."
-    if rerun is not None and rerun.changes:
-        s += " Rerun with: " + rerun.changes[0].split(":")[0].split(" (")[0]
-        if rerun.predicted_peak_bytes and rerun.device_bytes:
-            s += f" (predicted peak {fmt_bytes(rerun.predicted_peak_bytes)} of {fmt_bytes(rerun.device_bytes)})"
+    s = f"{f.title}{rank}{where}."
+    words = _plan_words(rerun) if rerun is not None else []
+    if words:
+        s += " Rerun with " + ", ".join(words[:4]) + ("…" if len(words) > 4 else "")
+        if rerun is not None and rerun.predicted_peak_bytes and rerun.device_bytes:
+            s += f": predicted peak {fmt_bytes(rerun.predicted_peak_bytes)} of {fmt_bytes(rerun.device_bytes)}"
         s += "."
     elif f.fixes:
-        s += f" Fix: {f.fixes[0].key}."
+        fx = f.fixes[0]
+        s += f" Fix: {fx.key}" + (f" = {fx.value}" if fx.kind != "code" and fx.value is not None else "") + "."
     return s
+
+
+_PHASE_WORDS = {
+    "model_init": "while building the model", "model_to_device": "while moving the model to the GPU",
+    "zero_init": "during deepspeed.initialize", "optimizer_init": "while creating the optimizer state",
+    "grad_partition": "while allocating ZeRO's gradient partition", "optimizer_step": "in the optimizer step",
+    "ds_bucket": "in a DeepSpeed bucket allocation", "zero3_gather": "in a ZeRO-3 parameter gather",
+    "collective": "in a collective", "forward": "in the forward pass", "logits": "at the logits",
+    "loss": "in the loss", "backward": "in the backward pass", "generation": "during generation",
+    "checkpoint_load": "while loading a checkpoint", "pin_memory": "while pinning host memory",
+}
+
+
+def _num(v: object) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 10**7:
+        exp = len(str(v)) - 1
+        if v % 10**exp == 0:
+            return f"{v // 10**exp}e{exp}"
+    return str(v)
+
+
+def _plan_words(r: RerunPlan) -> list[str]:
+    out = [f"{k}={v}" for k, v in r.env.items()]
+    out += [f"{k}={v}" for k, v in r.trainer_args.items()]
+
+    def leaves(d: dict, prefix: str = "") -> None:
+        for k, v in d.items():
+            if isinstance(v, dict) and v and not {"device"} & set(v):
+                leaves(v, f"{prefix}{k}.")
+            elif isinstance(v, dict) and "device" in v:
+                out.append(f"{prefix}{k}={v['device']}")
+            elif v is None:
+                removed.append(f"no {prefix}{k}")
+            else:
+                out.append(f"{prefix}{k}={_num(v)}")
+
+    removed: list[str] = []
+
+    seen_args = set(r.trainer_args)
+    leaves({k: v for k, v in r.ds_config_diff.items()
+            if not (k == "train_micro_batch_size_per_gpu" and "per_device_train_batch_size" in seen_args)
+            and not (k == "gradient_accumulation_steps" and k in seen_args)})
+    return out + removed
 
 
 def _oom(ctx: Context) -> OomSummary | None:
@@ -133,7 +178,9 @@ def _timeline(ctx: Context) -> tuple[tuple[SeriesPoint, ...], str, str]:
             dev = ctx.oom.device if ctx.oom is not None and ctx.oom.device is not None else 0
             pts = timeline(ctx.snapshot, device=dev if dev < len(ctx.snapshot.traces) else 0, max_points=600)
             if pts:
-                return tuple(SeriesPoint(p.index, p.allocated, p.reserved) for p in pts), "snapshot", "trace event"
+                oom_at = getattr(ctx.snapshot_metrics, "oom_index", None)
+                return tuple(SeriesPoint(p.index, p.allocated, p.reserved, "oom" if p.index == oom_at else "")
+                             for p in pts), "snapshot", "trace event"
         except Exception:
             pass
     if ctx.steps:

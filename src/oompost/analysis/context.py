@@ -101,6 +101,28 @@ def _limit(oom: OomEvent | None, snap: Snapshot | None, metrics: Any, ev: Eviden
     return None, ""
 
 
+def _oom_from_snapshot(snap: Snapshot, m: Any) -> OomEvent:
+    """An OomEvent built from the trace's ``oom`` entry when the logs lack the message."""
+    from ..model import OomKind, SourceRef, Stack
+
+    e = m.oom
+    meta = snap.meta
+    total = meta.get("device_total") if isinstance(meta.get("device_total"), int) else None
+    limit = meta.get("limit") if isinstance(meta.get("limit"), int) else None
+    cb = getattr(m, "cap_bounds", None)
+    allowed = limit if limit is not None and (total is None or limit < total) else (
+        cb.exact if cb is not None and cb.exact else None)
+    alloc_size = getattr(m, "request_alloc_size", None) or e.size
+    text = (f"allocator trace 'oom' entry: request {e.size:,} bytes, device_free {e.device_free or 0:,} bytes "
+            f"({len(snap.segments)} segments in the snapshot)")
+    return OomEvent(OomKind.CACHING_ALLOCATOR, SourceRef(snap.path, None, text),
+                    rank=meta.get("rank") if isinstance(meta.get("rank"), int) else None,
+                    device=getattr(m, "device", 0), requested_bytes=alloc_size, capacity_bytes=total,
+                    free_bytes=e.device_free, allowed_bytes=allowed, allocated_bytes=m.allocated,
+                    reserved_bytes=m.reserved, reserved_unallocated_bytes=m.reserved - m.allocated,
+                    message_format="snapshot", stack=Stack(tuple(reversed(e.frames))))
+
+
 def _spec(setup: RunSetup) -> ModelSpec | None:
     n = setup.get("model_params")
     if not n:
@@ -150,6 +172,9 @@ def build_context(ev: Evidence) -> Context:
                                   limit_bytes=(oom.limit_bytes if oom else None))
         except Exception as e:  # a malformed snapshot must not stop the analysis
             notes.append(f"snapshot metrics unavailable: {type(e).__name__}: {e}")
+    if oom is None and snap is not None and metrics is not None and getattr(metrics, "oom", None) is not None:
+        oom = _oom_from_snapshot(snap, metrics)
+        notes.append("the OOM numbers come from the snapshot's allocator trace (no OOM message in the logs)")
     limit, limit_source = _limit(oom, snap, metrics, ev)
     if oom is not None and oom.stack.frames:
         phase = classify_frames(oom.stack.frames, innermost_first=False)

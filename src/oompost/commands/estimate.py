@@ -69,19 +69,23 @@ def _read_ds_config(path: Path) -> dict[str, Any]:
 @click.option("--micro-batch", type=click.IntRange(min=1), default=None,
               help="Micro-batch per GPU (default: ds_config's train_micro_batch_size_per_gpu, else 1).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True)
+@click.option("--grad-accum", "grad_accum", type=click.IntRange(min=1), default=None,
+              help="Micro-batches per optimizer step (default: ds_config's gradient_accumulation_steps, else 1).")
 @click.option("--grad-ckpt/--no-grad-ckpt", "grad_ckpt", default=False, show_default=True,
               help="Gradient checkpointing (full recompute of each block).")
 @click.option("--attn", type=click.Choice(["eager", "sdpa", "flash"]), default="sdpa", show_default=True)
 @click.option("--lora-rank", type=click.IntRange(min=1), default=None, help="LoRA rank (q,k,v,o); omit for full fine-tune.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
               help="Overrides the ds_config's bf16/fp16 (default bf16 without a ds_config).")
+@click.option("--amp/--no-amp", "amp", default=True, show_default=True,
+              help="Plain PyTorch only: AMP over an fp32 model, or the model itself in the 16-bit dtype.")
 @click.option("--optimizer-offload", type=_OFFLOAD, default=None, help="Overrides zero_optimization.offload_optimizer.")
 @click.option("--param-offload", type=_OFFLOAD, default=None, help="Overrides zero_optimization.offload_param.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_context
 def estimate(ctx: click.Context, model_arg: str, ds_config: Path | None, gpus: int, nodes: int,
-             gpu_mem: int | None, micro_batch: int | None, seq_len: int, grad_ckpt: bool, attn: str,
-             lora_rank: int | None, dtype: str | None, optimizer_offload: str | None,
+             gpu_mem: int | None, micro_batch: int | None, seq_len: int, grad_accum: int | None, grad_ckpt: bool,
+             attn: str, lora_rank: int | None, dtype: str | None, amp: bool, optimizer_offload: str | None,
              param_offload: str | None, fmt: str) -> None:
     """Per-GPU memory breakdown of a training set-up and whether it fits."""
     try:
@@ -95,7 +99,7 @@ def estimate(ctx: click.Context, model_arg: str, ds_config: Path | None, gpus: i
     overrides: dict[str, Any] = {
         "world_size": gpus * nodes, "nodes": nodes, "seq_len": seq_len, "grad_ckpt": grad_ckpt,
         "attn": attn, "lora_rank": lora_rank, "dtype": dtype, "micro_batch": micro_batch,
-        "offload_optimizer": optimizer_offload, "offload_param": param_offload,
+        "offload_optimizer": optimizer_offload, "offload_param": param_offload, "grad_accum_steps": grad_accum,
     }
     try:
         if ds_config is not None:
@@ -103,7 +107,8 @@ def estimate(ctx: click.Context, model_arg: str, ds_config: Path | None, gpus: i
         else:
             if (optimizer_offload or "none") != "none" or (param_offload or "none") != "none":
                 raise click.UsageError("offload needs DeepSpeed: pass --ds-config with a ZeRO stage")
-            setup = TrainSetup(deepspeed=False, **{k: v for k, v in overrides.items() if v is not None})
+            setup = TrainSetup(deepspeed=False, torch_amp=amp,
+                               **{k: v for k, v in overrides.items() if v is not None})
         result = run_estimate(spec, setup, device_bytes=gpu_mem)
     except InputError as exc:
         _fail(ctx, str(exc))
@@ -123,14 +128,17 @@ def estimate(ctx: click.Context, model_arg: str, ds_config: Path | None, gpus: i
 _ROWS = (
     ("weights", "weights"),
     ("gradients", "gradients"),
-    ("optimizer", "optimizer state (fp32 master + states + fp32 grads)"),
-    ("activations", "activations"),
+    ("optimizer", "optimizer (fp32 master + states + fp32 grads + step temps)"),
+    ("activations", "activations (saved for backward + backward working set)"),
     ("logits", "logits + loss temporaries"),
-    ("buckets", "DeepSpeed/DDP buckets + prefetch"),
-    ("allocator_overhead", "allocator overhead"),
+    ("buckets", "DeepSpeed/DDP buckets, ZeRO-3 gathered parameters"),
+    ("workspace", "cuBLAS workspaces"),
+    ("allocator_overhead", "allocator cache (reserved, not reusable at the peak)"),
     ("context", "CUDA context"),
     ("nccl", "NCCL"),
 )
+
+_PHASES = ("initialize", "forward", "backward", "optimizer step")
 
 
 def _gib(n: int | float) -> str:
@@ -161,21 +169,25 @@ def render_table(spec: ModelSpec, result: Estimate) -> str:
     lines = [f"oompost estimate: {spec.name} ({result.n_params / 1e9:.2f}B params"
              + (f", {result.trainable_params:,} trainable" if result.trainable_params != result.n_params else "")
              + ")",
-             _describe_setup(result.setup), "", "per GPU"]
+             _describe_setup(result.setup), "",
+             f"per GPU, at the peak ({result.peak_phase or 'start-up'})"]
     for key, label in _ROWS:
-        lines.append(f"  {label:<52}{_gib(b[key])}")
-    lines.append(f"  {'step peak (sum)':<52}{_gib(result.step_peak_bytes)}")
-    extra = f"   (weights + {b['startup_extra'] / GiB:.2f} GiB held during deepspeed.initialize)" \
-        if b["startup_extra"] else ""
-    lines.append(f"  {'start-up peak':<52}{_gib(result.startup_peak_bytes)}{extra}")
+        lines.append(f"  {label:<60}{_gib(b.get(key, 0))}")
+    lines.append(f"  {'step peak (sum)':<60}{_gib(result.step_peak_bytes)}")
+    held = "deepspeed.initialize" if result.setup.deepspeed else "the model load"
+    extra = f"   (weights + {b['startup_extra'] / GiB:.2f} GiB held during {held})" \
+        if b["startup_extra"] > 0 else ""
+    lines.append(f"  {'start-up peak':<60}{_gib(result.startup_peak_bytes)}{extra}")
     if result.generation_peak_bytes is not None:
-        lines.append(f"  {'generation peak (incl. KV cache ' + format(b['kv_cache'] / GiB, '.2f') + ' GiB)':<52}"
+        lines.append(f"  {'generation peak (incl. KV cache ' + format(b['kv_cache'] / GiB, '.2f') + ' GiB)':<60}"
                      f"{_gib(result.generation_peak_bytes)}")
-    lines.append(f"  {'predicted peak':<52}{_gib(result.predicted_peak_bytes)}")
+    lines.append(f"  {'predicted peak (reserved + outside PyTorch)':<60}{_gib(result.predicted_peak_bytes)}")
+    phases = [f"{p} {result.phase_peaks[p] / GiB:.2f}" for p in _PHASES if p in result.phase_peaks]
+    if phases:
+        lines.append(f"  live tensors + outside PyTorch by phase (GiB): {', '.join(phases)}")
     verdict = "fits" if result.fits else "DOES NOT FIT"
     margin = result.device_bytes - result.predicted_peak_bytes
-    which = "start-up" if result.predicted_peak_bytes == result.startup_peak_bytes and \
-        result.startup_peak_bytes > result.step_peak_bytes else "step"
+    which = result.peak_phase or "start-up"
     lines.append(f"  vs {result.device_bytes / GiB:.2f} GiB per GPU: {verdict} "
                  f"({'headroom' if margin >= 0 else 'short by'} {abs(margin) / GiB:.2f} GiB; peak at {which})")
     lines.append("")

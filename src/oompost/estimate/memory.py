@@ -3,29 +3,41 @@
 Everything is bytes on one GPU unless a name says ``host``.  Ψ below is the
 model's parameter count, N the data-parallel world size, e the element size of
 the compute dtype (2 for bf16/fp16, 4 for fp32), b the micro-batch, s the
-sequence length, h hidden, a heads, d head_dim, i FFN width, V vocabulary.
+sequence length, h hidden, a heads, d head_dim, i FFN width, V vocabulary,
+T = b·s tokens.
 
-Model states (ZeRO paper, arXiv:1910.02054 §3; DeepSpeed's own accounting in
-``estimate_zero2/3_model_states_mem_needs``, reference/deepspeed.md §2.2):
-weights eΨ, gradients eΨ, optimizer 12Ψ (fp32 master 4 + Adam m, v 8) plus
-the 4Ψ fp32 gradient copy DeepSpeed builds for the step — 18Ψ beyond the
-16-bit weights.  ZeRO-1 divides the optimizer by N, ZeRO-2 also the
-gradients, ZeRO-3 also the weights (keeping the gathered working set and the
-persistent small parameters whole).  Offload moves optimizer (and at stage 3
-the parameters) to host RAM, reported separately with its pinned buffers.
+Two layers:
 
-On top, what DeepSpeed's estimators leave out: the start-up peak of
-``deepspeed.initialize`` (module + its flat 16-bit copy, ~4Ψ at ZeRO-0/1/2),
-communication buckets, the ZeRO-3 prefetch working set, activations, logits
-and loss temporaries, KV cache for generation, CUDA context and NCCL.
+1. **Named terms** (analytic, each explained where it is computed).  Model
+   states as DeepSpeed accounts them (ZeRO paper arXiv:1910.02054 §3;
+   ``estimate_zero2/3_model_states_mem_needs``, reference/deepspeed.md §2.2):
+   weights eΨ, gradients eΨ, optimizer 12Ψ (fp32 master 4 + Adam m, v 8) plus
+   the 4Ψ fp32 gradient copy DeepSpeed builds for the step, divided per ZeRO
+   stage, offload moving them to host RAM.  Activations as the tensors
+   autograd saves for a HuggingFace block (``activation_terms``), the logits
+   chain (``logits_terms``), buckets, KV cache, CUDA context and NCCL.
 
-Activations are a sum of named per-tensor terms (what autograd saves for a
-HuggingFace Llama-family block), each multiplied by its own factor in
-``CALIBRATION``.  Nothing here imports torch or deepspeed.
+2. **What coexists, and what the allocator reserves for it** (``_Program``):
+   the allocations of a training run in order — model load, what
+   ``deepspeed.initialize`` builds, forward, backward, optimizer step, two
+   steps — each tensor sized from the terms above, replayed through a model of
+   PyTorch's caching allocator (``_CachingAllocator``).  Peaks are not sums of
+   terms: the backward peak (saved activations + the fp32 loss chain), the
+   optimizer-step peak (fp32 gradient copy, Adam states, foreach temporaries)
+   and the start-up peak of ``initialize`` are different moments, and the
+   caching allocator keeps segments it cannot reuse for the next, differently
+   sized big tensor (2–9 GiB on the measured runs).  The prediction is the
+   replay's max reserved plus non-PyTorch memory (context, NCCL): what
+   ``max_memory_reserved`` + NVML show, and what runs out.
+
+Calibration (``CALIBRATION``) is against docs/estimator/measurements.json
+(H200, torch 2.11, DeepSpeed 0.19.8; docs/estimator_accuracy.md).  Nothing
+here imports torch or deepspeed.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
@@ -33,7 +45,7 @@ from typing import Any, Mapping
 
 from oompost.units import GiB, MiB
 
-from .models import ModelSpec
+from .models import ModelSpec, _tensors
 
 __all__ = [
     "CALIBRATION",
@@ -48,11 +60,36 @@ __all__ = [
 ]
 
 # ----------------------------------------------------------------- calibration
-# Every tunable constant of the memory model lives here — to be fitted from
-# docs/estimator_accuracy measurements (H200, DeepSpeed 0.19.8, torch 2.x).
-# "act.*" / "logits.*" are dimensionless multipliers on the analytic byte
-# count of one named term (1.0 = the tensor sizes autograd saves, as derived
-# in activation_terms/logits_terms); byte-valued entries end in "_bytes".
+# Every tunable constant of the memory model lives here, fitted on
+# docs/estimator/measurements.json (16 runs, H200, torch 2.11, DeepSpeed
+# 0.19.8; docs/estimator_accuracy.md).  "act.*" / "logits.*" are dimensionless
+# multipliers on the analytic byte count of one named term (1.0 = the tensor
+# sizes autograd saves, as derived in activation_terms/logits_terms);
+# byte-valued entries end in "_bytes".
+#
+# What the measurements fixed:
+# * act.* and logits.*: 1.0.  The tensors a Qwen2 block saves were read off a
+#   real allocation trace (sample_logs/activation_spike_long_batch, torch 2.11,
+#   SDPA): per block 2 × (fp32 norm input 4 + normalised 2 + norm output 2)·bsh,
+#   post-RoPE q and k, v, the SDPA output and its fp32 logsumexp, and four
+#   FFN-wide tensors (gate, SiLU, up, product) — 2705 MiB for 24 blocks of
+#   4 × 512 tokens, the terms give 2704 MiB.  (Korthikanti et al.'s 34·sbh +
+#   5·a·s²·b is for GPT-3 blocks with dropout and eager attention; a Llama-family
+#   block has neither, and its gated MLP saves 4 FFN-wide tensors instead of 2.)
+#   The loss chain is 14·T·V at its peak (bf16 logits + fp32 log-probs + two
+#   fp32 gradients), the same trace.  The o_proj input is a view of the SDPA
+#   output (flash / memory-efficient kernels write (b, s, a, d)): no term.
+# * cuda_context_bytes: non-PyTorch memory of a 1-GPU DeepSpeed run is
+#   1316 MiB (NVML − reserved, all 16 runs); minus the first NCCL communicator
+#   (578 MiB, nccl.md §2.2) leaves 738 MiB for the context, kernel images and
+#   cuBLAS handles.  Held out: plain-PyTorch OOM messages in sample_logs/ give
+#   0.74 GiB of non-PyTorch memory with no NCCL at all.
+# * cublas_workspace_bytes: max_allocated exceeds the replayed tensors by
+#   64.0 MiB in the runs without checkpointing — the cuBLAS and cuBLASLt
+#   workspaces (32 MiB each on Hopper), allocated through PyTorch at the first
+#   matmul and kept.
+# There is no fitted allocator-overhead fraction any more: the overhead is
+# what the caching-allocator replay (``_CachingAllocator``) reserves.
 CALIBRATION: dict[str, float] = {
     # --- per-layer saved activations (see activation_terms for each formula)
     "act.norm_fp32_input": 1.0,     # RMSNorm: fp32 upcast of its input, saved by pow/mul
@@ -64,7 +101,7 @@ CALIBRATION: dict[str, float] = {
     "act.v": 1.0,                   # values
     "act.attn_out": 1.0,            # SDPA/flash output saved by the kernel
     "act.attn_lse": 1.0,            # SDPA/flash log-sum-exp (fp32, b·a·s)
-    "act.o_proj_input": 1.0,        # o_proj input (reshaped copy of the attention output)
+    "act.o_proj_input": 1.0,        # eager: o_proj input (transpose+reshape copy of probs @ v)
     "act.attn_softmax": 1.0,        # eager: softmax output (fp32 in the Llama family)
     "act.attn_probs": 1.0,          # eager: 16-bit probabilities fed to probs @ v
     "act.attn_dropout": 1.0,        # eager with attention dropout: mask + output
@@ -86,13 +123,11 @@ CALIBRATION: dict[str, float] = {
     "logits.log_softmax": 1.0,      # fp32 log-softmax output saved by cross-entropy
     "logits.ce_grad": 1.0,          # fp32 gradient out of log_softmax backward
     # --- ZeRO-3 working set and start-up
-    "zero3.live_params": 1.0,       # gathered parameters (largest module) multiplier
+    "zero3.live_params": 1.0,       # gathered parameters (largest module) in the resident-state account
     "startup.flat_copy": 1.0,       # multiplier on the flat 16-bit copy built in initialize
-    # --- allocator: caching-allocator rounding/fragmentation on top of live tensors
-    "allocator_overhead_states": 0.0,   # fraction of model-state bytes (few big long-lived tensors)
-    "allocator_overhead_dynamic": 0.10,  # fraction of activations + logits + buckets (churn)
-    # --- outside PyTorch's allocator
-    "cuda_context_bytes": 0.5 * GiB,         # CUDA context + kernels, H200 (DESIGN.md)
+    # --- outside the tensors of the model
+    "cuda_context_bytes": 738 * MiB,         # context + kernel images + handles, H200, torch 2.11 (fitted)
+    "cublas_workspace_bytes": 64 * MiB,      # cuBLAS + cuBLASLt workspaces, through PyTorch's allocator (fitted)
     "nccl_first_comm_bytes": 578 * MiB,      # 1st communicator incl. NCCL kernel image (nccl.md §2.2)
     "nccl_comm_bytes": 388 * MiB,            # each further communicator (cuMem, 64 channels, measured)
     "nccl_peer_bytes": 128 * MiB,            # per communicator when it has peers (uncalibrated)
@@ -142,6 +177,11 @@ class TrainSetup:
     memory, e.g. under a memory-fraction cap on a large card; the measured
     ~27 GB case), ``"cpu"`` (its fallback), ``"auto"`` (decide from the
     device size like DeepSpeed does).
+    ``grad_accum_steps``: micro-batches per optimizer step (ds_config
+    ``gradient_accumulation_steps``).  ``torch_amp`` (plain PyTorch only):
+    True = AMP over an fp32 module (HF Trainer ``bf16=True``); False = the
+    module itself is in the 16-bit dtype (``model.to(torch.bfloat16)``, as in
+    tools/capture/train.py), so weights, gradients and AdamW states are 16-bit.
     ``auto_keys`` names ds_config keys that said ``"auto"``; ``notes`` carries
     what ``from_ds_config`` noticed.
     """
@@ -179,6 +219,8 @@ class TrainSetup:
     gen_batch: int = 1
     gen_kv_len: int | None = None
     startup_flatten: str = "gpu"
+    grad_accum_steps: int = 1
+    torch_amp: bool = True
     auto_keys: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -189,7 +231,7 @@ class TrainSetup:
         _check(self.dtype in _DTYPE_BYTES, f"dtype must be one of {tuple(_DTYPE_BYTES)}")
         _check(self.attn in _ATTN, f"attn must be one of {_ATTN}")
         _check(self.startup_flatten in ("gpu", "cpu", "auto"), "startup_flatten must be gpu, cpu or auto")
-        for name in ("world_size", "nodes", "micro_batch", "seq_len", "gen_batch"):
+        for name in ("world_size", "nodes", "micro_batch", "seq_len", "gen_batch", "grad_accum_steps"):
             _check(getattr(self, name) >= 1, f"{name} must be ≥ 1")
         _check(self.world_size % self.nodes == 0, f"world_size {self.world_size} is not a multiple of nodes {self.nodes}")
         _check(self.lora_rank is None or self.lora_rank >= 1, "lora_rank must be ≥ 1")
@@ -353,6 +395,14 @@ def _read_ds_config(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], list[str], 
     if isinstance(data_types, Mapping) and data_types.get("grad_accum_dtype"):
         values["grad_accum_dtype"] = str(data_types["grad_accum_dtype"]).lower()
 
+    ga = cfg.get("gradient_accumulation_steps")
+    if ga is not None:
+        v = _ds_int(ga, "gradient_accumulation_steps")
+        if v is None:
+            auto.append("gradient_accumulation_steps")
+        elif v >= 1:
+            values["grad_accum_steps"] = v
+
     mb = cfg.get("train_micro_batch_size_per_gpu")
     if mb is not None:
         v = _ds_int(mb, "train_micro_batch_size_per_gpu")
@@ -397,10 +447,19 @@ def _read_dtype(cfg: Mapping[str, Any], auto: list[str]) -> str:
 
 @dataclass(frozen=True)
 class Estimate:
-    """The result.  ``breakdown`` holds per-GPU bytes by component: summing
-    every entry except ``kv_cache`` and ``startup_extra`` gives
-    ``step_peak_bytes``; ``startup_peak_bytes`` = weights + startup_extra +
-    context + nccl.  ``predicted_peak_bytes`` is the largest phase.  Host
+    """The result.  ``breakdown`` holds per-GPU bytes by component *at the
+    peak*: the tensors alive when the replayed run's allocated memory peaks
+    (``peak_phase``: initialize, forward, backward or optimizer step), sorted
+    into weights / gradients / optimizer / activations / logits / buckets /
+    workspace, plus ``allocator_overhead`` (what the caching allocator keeps
+    reserved beyond that: segments no later request could reuse), ``context``
+    and ``nccl``.  Summing every entry except ``kv_cache`` and
+    ``startup_extra`` gives ``step_peak_bytes``; ``startup_peak_bytes`` =
+    weights + startup_extra + context + nccl.  ``predicted_peak_bytes`` is the
+    largest phase.  ``model_states_bytes`` is the resident model states as
+    DeepSpeed accounts them (``resident_states_bytes``), not the mix at the
+    peak.  ``allocated_peak_bytes`` is the peak of live tensors plus
+    non-PyTorch memory: what a perfectly packing allocator would need.  Host
     figures are per node (``host_bytes_per_rank`` for one rank)."""
 
     fits: bool
@@ -420,11 +479,19 @@ class Estimate:
     n_params: int = 0
     trainable_params: int = 0
     setup: TrainSetup = field(default_factory=TrainSetup)
+    allocated_peak_bytes: int = 0
+    startup_allocated_bytes: int = 0
+    peak_phase: str = ""
+    phase_peaks: Mapping[str, int] = field(default_factory=dict)
+    resident_states_bytes: int | None = None
 
     @property
     def model_states_bytes(self) -> int:
-        """weights + gradients + optimizer on the GPU (what DeepSpeed's
-        ``estimate_zero*_model_states_mem_needs`` call gpu_mem)."""
+        """weights + gradients + optimizer resident on the GPU, as DeepSpeed's
+        ``estimate_zero*_model_states_mem_needs`` count them (their gpu_mem,
+        plus what they leave out: see the tests)."""
+        if self.resident_states_bytes is not None:
+            return self.resident_states_bytes
         b = self.breakdown
         return b["weights"] + b["gradients"] + b["optimizer"]
 
@@ -445,6 +512,10 @@ class Estimate:
             "schema": "oompost.estimate/1",
             "step_peak_bytes": int(self.step_peak_bytes),
             "generation_peak_bytes": None if self.generation_peak_bytes is None else int(self.generation_peak_bytes),
+            "allocated_peak_bytes": int(self.allocated_peak_bytes),
+            "startup_allocated_bytes": int(self.startup_allocated_bytes),
+            "peak_phase": self.peak_phase,
+            "phase_peaks": {k: int(v) for k, v in self.phase_peaks.items()},
             "model_states_bytes": int(self.model_states_bytes),
             "host_bytes_per_rank": int(self.host_bytes_per_rank),
             "host_pinned_bytes": int(self.host_pinned_bytes),
@@ -571,10 +642,11 @@ def _layer_terms(spec: ModelSpec, setup: TrainSetup, b: int, s: int) -> dict[str
         # SDPA (flash / mem-efficient backends) and flash-attn save their output and fp32 logsumexp
         t["attn_out"] = e * tok * spec.q_dim
         t["attn_lse"] = 4 * b * a * s
-    # o_proj input: transpose(1,2).reshape copy of the attention output (flash's output is already
-    # (b, s, a·d): a view of the saved kernel output, no extra bytes)
+    # o_proj input: eager's probs @ v is (b, a, s, d), so transpose(1,2).reshape copies it → e·b·s·a·d.
+    # SDPA's flash / memory-efficient kernels and flash-attn write (b, s, a, d): the reshape is a view
+    # of the saved kernel output, no extra bytes (measured: no such tensor in the torch 2.11 trace)
     o_trains = _trains("o", roles, lora)
-    t["o_proj_input"] = e * tok * spec.q_dim if (o_trains and setup.attn != "flash") else 0
+    t["o_proj_input"] = e * tok * spec.q_dim if (o_trains and setup.attn == "eager") else 0
 
     # --- residual dropout (GPT-2 / OPT): two 1-byte masks per block; outputs feed residual adds
     if spec.dropout > 0:
@@ -683,7 +755,6 @@ class _States:
     gradients: float = 0.0
     optimizer: float = 0.0
     buckets: float = 0.0
-    startup_torch: float = 0.0  # PyTorch bytes at the start-up peak
     host: dict[str, float] = field(default_factory=dict)
     host_pinned: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -728,8 +799,12 @@ def _zero012_states(spec: ModelSpec, setup: TrainSetup, device_bytes: int) -> _S
     * optimizer (master + states + fp32 grads)·T, ÷N at stage 1/2, or on host.
     * buckets: ``reduce_bucket_size`` · e, ×2 with ``overlap_comm`` (stage 1/2,
       contiguous_gradients); stage 0 all-reduces in 5e8-element buffers.
-    * start-up: module e·P on the GPU, then the flat copy e·T of the trainable
-      params (4Ψ for a full fine-tune); then the fp32 partition is cloned on the GPU.
+    * start-up (replayed in ``_Program._init_zero012``): module e·P on the
+      GPU, then the flat copy e·T of the trainable params (4Ψ allocated for a
+      full fine-tune), the fp32 partition cloned on the GPU, the fp32 gradient
+      partition created and dropped.
+    These are the resident states DeepSpeed's estimators count
+    (``Estimate.model_states_bytes``); the peaks come from the replay.
     """
     st = _States()
     e, N = setup.element_bytes, setup.world_size
@@ -757,29 +832,24 @@ def _zero012_states(spec: ModelSpec, setup: TrainSetup, device_bytes: int) -> _S
     elif N > 1:
         st.buckets = min(MEMORY_OPT_ALLREDUCE_SIZE, T) * e
 
-    # start-up peak (PyTorch bytes)
-    flat = e * T * _factor("startup.flat_copy")
+    # where initialize flattens (the replay in _Program builds the start-up peak itself)
     flattens = stage >= 1 or e < 4
     on_gpu = setup.startup_flatten == "gpu"
     if setup.startup_flatten == "auto":
         # NVML free memory after module.to(device): card − context − NCCL − module
         free_after_module = device_bytes - CALIBRATION["cuda_context_bytes"] - _nccl_bytes(setup)[1] - e * P
         on_gpu = free_after_module >= e * T
-    phase_flatten = e * P + (flat if (flattens and on_gpu) else 0)
-    # fp32 master: partition.detach().clone() on the GPU (e·T/N), then .to(fp32) on GPU unless offloaded
-    phase_master = e * P + (e * T / div if flattens else 0) + (0 if offload else master * T / div)
-    st.startup_torch = max(phase_flatten, phase_master)
     if flattens and on_gpu:
         st.notes.append(
             f"start-up: deepspeed.initialize holds the module ({_g(e * P)}) plus its flat 16-bit copy "
             f"({_g(e * T)}) built on the GPU; DeepSpeed 0.19.8 does so when NVML reports that much free memory "
             f"(true under a memory-fraction cap on a large card: the measured ~27 GB 7B case), else it flattens "
-            f"on the CPU and the start-up peak is {_g(max(e * P, phase_master))} of tensors")
+            f"on the CPU; the freed per-parameter blocks of the module stay cached")
     elif flattens:
         st.notes.append(
             f"start-up: flat 16-bit copy built on the CPU (DeepSpeed's fallback when NVML reports less free "
-            f"memory than {_g(e * T)}); the GPU then holds the module or the flat copy, plus the partition "
-            f"clone ({_g(e * T / div)})")
+            f"memory than {_g(e * T)}): the module leaves the GPU and its cache is emptied first; the GPU then "
+            f"holds the flat copy plus the partition clone ({_g(e * T / div)})")
     return st
 
 
@@ -818,8 +888,10 @@ def _zero3_states(spec: ModelSpec, setup: TrainSetup) -> _States:
       per sub-group — DeepSpeed's estimator counts 4·T/N instead).
     * buckets: one IPG buffer ``reduce_bucket_size``·e + prefetch
       min(prefetch_bucket_size, max_live − largest)·e.
-    * start-up with ``zero_init``: partitions + their defragmented flat copy;
-      without it the whole module e·P is moved to every GPU first.
+    * start-up (replayed in ``_Program._init_zero3``): with ``zero_init`` the
+      partitions, defragmented through the CPU into one flat buffer, fp32
+      partitions per sub-group; without it the whole module e·P is moved to
+      every GPU first.
     """
     st = _States()
     e, N = setup.element_bytes, setup.world_size
@@ -871,55 +943,1198 @@ def _zero3_states(spec: ModelSpec, setup: TrainSetup) -> _States:
             if setup.pin_memory:
                 st.host_pinned += part_w
 
-    # start-up peak
-    if setup.zero_init:
-        # partitions + their defragmented flat copy (_create_fp16_partitions_with_defragmentation)
-        init = (0 if off_param else 2 * part_w) + e * persistent
-        st.startup_torch = max(init, st.weights + (0 if off_opt else master * per_rank_t))
-    else:
-        # engine: module.to(device) of the whole model (not a zero.Init model), then partitioned
-        st.startup_torch = e * P + (0 if off_param else part_w)
+    if not setup.zero_init:
         st.notes.append(f"ZeRO-3 without zero.Init: every GPU first holds the whole model ({_g(e * P)}) before "
                         f"DeepSpeed partitions it, and every rank builds it in host RAM")
     return st
 
 
 def _torch_states(spec: ModelSpec, setup: TrainSetup) -> _States:
-    """Plain PyTorch / DDP.  16-bit dtypes mean AMP over an fp32 module
-    (HF Trainer ``bf16=True``): weights 4P plus the autocast 16-bit copies
-    (2P, saved for backward); fp32 gradients 4T; optimizer states (fp32) per
-    trainable param; no master copy.  LoRA: frozen base loaded in the 16-bit
-    dtype (e·base), fp32 adapters (PEFT upcasts them).  DDP buckets hold a
-    copy of every gradient (``gradient_as_bucket_view=False``)."""
+    """Plain PyTorch / DDP.  With ``torch_amp`` and a 16-bit dtype: AMP over an
+    fp32 module (HF Trainer ``bf16=True``): weights 4P plus the autocast 16-bit
+    copies (2P, saved for backward); fp32 gradients 4T; optimizer states
+    (fp32) per trainable param; no master copy.  Without it the module itself
+    is 16-bit: weights, gradients and states in e bytes.  LoRA: frozen base
+    loaded in the 16-bit dtype (e·base), adapters fp32 under AMP (PEFT upcasts
+    them).  DDP buckets hold a copy of every gradient
+    (``gradient_as_bucket_view=False``)."""
     st = _States()
     P, T, _ = _params(spec, setup)
     states = OPTIMIZER_STATE_BYTES[setup.optimizer.lower()]
     e = setup.element_bytes
-    amp = e < 4
+    amp = e < 4 and setup.torch_amp
+    we = 4 if amp else e
     if setup.lora_rank is None:
-        st.weights = 4 * P + (2 * P if amp else 0)
+        st.weights = we * P + (2 * P if amp else 0)
     else:
         base = P - T
-        st.weights = e * base + 4 * T + (2 * T if amp else 0)
-    st.gradients = 4 * T
-    st.optimizer = states * T
+        st.weights = e * base + we * T + (2 * T if amp else 0)
+    st.gradients = we * T
+    st.optimizer = states * we / 4 * T
     if setup.world_size > 1:
-        st.buckets = 4 * T
-    st.startup_torch = st.weights - (2 * P if amp and setup.lora_rank is None else 0)
+        st.buckets = we * T
     return st
+
+
+# ------------------------------------------------------------ allocator model
+# reference/allocator.md §1–5 (PyTorch's native CUDACachingAllocator).
+_KMIN_BLOCK = 512                 # every request is rounded up to a multiple of 512 bytes
+_KSMALL_SIZE = 1 << 20            # ≤ 1 MiB: small pool
+_KSMALL_BUFFER = 2 << 20          # small pool segments
+_KLARGE_BUFFER = 20 << 20         # 1–10 MiB requests share 20 MiB segments
+_KMIN_LARGE_ALLOC = 10 << 20
+_KROUND_LARGE = 2 << 20           # larger requests get a segment of their size rounded to 2 MiB
+
+
+class _Block:
+    __slots__ = ("ptr", "size", "stream", "small", "free", "prev", "next", "tag")
+
+    def __init__(self, ptr: int, size: int, stream: int, small: bool) -> None:
+        self.ptr, self.size, self.stream, self.small = ptr, size, stream, small
+        self.free = True
+        self.prev: _Block | None = None
+        self.next: _Block | None = None
+        self.tag = ""
+
+
+class _CachingAllocator:
+    """The decisions of PyTorch's native caching allocator that set how much it
+    *reserves* (reference/allocator.md §1–5): 512-byte rounding; a small pool
+    (≤ 1 MiB, 2 MiB segments) and a large pool (20 MiB segments for 1–10 MiB
+    requests, otherwise a segment of the request rounded to 2 MiB); best fit —
+    the smallest cached block of the same stream and pool that is large enough;
+    splitting (the rest of a large block is kept when it exceeds 1 MiB); merging
+    a freed block with free neighbours of its segment; one set of pools per
+    stream.  Without a cap segments are never returned (training code does not
+    call empty_cache), which is what an unconstrained run reserves:
+    ``peak_reserved`` is the measured ``max_memory_reserved``.  With a cap
+    (the memory the process may use, less what is outside PyTorch) a request
+    that needs a new segment beyond it first makes the allocator release every
+    whole cached segment and retry (``release_cached_blocks``; counted in
+    ``retries``, DeepSpeed's "allocator cache flushes"); if it still does not
+    fit, that is the OOM (``oom``: the phase and the request).  Live bytes are
+    counted per tag, and the mix at the allocated peak is kept (``at_peak``)."""
+
+    def __init__(self, cap: float | None = None) -> None:
+        self.cap = cap
+        self.retries = 0
+        self.oom: tuple[str, int] | None = None
+        self._pools: dict[tuple[int, bool], list[tuple[int, int, _Block]]] = {}
+        self.allocated = 0
+        self.reserved = 0
+        self.peak_allocated = 0
+        self.peak_reserved = 0
+        self._next_ptr = 0
+        self.live: dict[str, int] = {}
+        self.phase = ""
+        self.at_peak: tuple[str, dict[str, int]] = ("", {})
+        self.phase_peaks: dict[str, int] = {}
+
+    def malloc(self, nbytes: float, stream: int = 0, tag: str = "other") -> _Block:
+        nbytes = int(nbytes)
+        n = _KMIN_BLOCK if nbytes < _KMIN_BLOCK else -(-nbytes // _KMIN_BLOCK) * _KMIN_BLOCK
+        small = n <= _KSMALL_SIZE
+        pool = self._pools.setdefault((stream, small), [])
+        i = bisect.bisect_left(pool, (n, -1))
+        if i < len(pool):
+            b = pool.pop(i)[2]
+        else:
+            if small:
+                size = _KSMALL_BUFFER
+            elif n < _KMIN_LARGE_ALLOC:
+                size = _KLARGE_BUFFER
+            else:
+                size = -(-n // _KROUND_LARGE) * _KROUND_LARGE
+            if self.cap is not None and self.reserved + size > self.cap:
+                self.retries += 1
+                self.empty_cache()
+                if self.reserved + size > self.cap and self.oom is None:
+                    self.oom = (self.phase, n)
+            b = _Block(self._next_ptr, size, stream, small)
+            self._next_ptr += size
+            self.reserved += size
+            if self.reserved > self.peak_reserved:
+                self.peak_reserved = self.reserved
+        rest = b.size - n
+        if (rest >= _KMIN_BLOCK) if small else (rest > _KSMALL_SIZE):
+            r = _Block(b.ptr + n, rest, stream, small)
+            r.prev, r.next = b, b.next
+            if b.next is not None:
+                b.next.prev = r
+            b.next = r
+            b.size = n
+            bisect.insort(pool, (r.size, r.ptr, r))
+        b.free = False
+        b.tag = tag
+        self.allocated += b.size
+        self.live[tag] = self.live.get(tag, 0) + b.size
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+            self.at_peak = (self.phase, dict(self.live))
+        if self.allocated > self.phase_peaks.get(self.phase, 0):
+            self.phase_peaks[self.phase] = self.allocated
+        return b
+
+    def free(self, b: _Block | None) -> None:
+        if b is None or b.free:
+            return
+        self.allocated -= b.size
+        self.live[b.tag] -= b.size
+        b.free = True
+        pool = self._pools[(b.stream, b.small)]
+        for nb in (b.prev, b.next):
+            if nb is not None and nb.free:
+                del pool[bisect.bisect_left(pool, (nb.size, nb.ptr))]
+                if nb is b.prev:
+                    b.ptr, b.prev = nb.ptr, nb.prev
+                    if nb.prev is not None:
+                        nb.prev.next = b
+                else:
+                    b.next = nb.next
+                    if nb.next is not None:
+                        nb.next.prev = b
+                b.size += nb.size
+        bisect.insort(pool, (b.size, b.ptr, b))
+
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache()``: whole free segments go back to CUDA."""
+        for pool in self._pools.values():
+            keep = []
+            for entry in pool:
+                b = entry[2]
+                if b.prev is None and b.next is None:
+                    self.reserved -= b.size
+                else:
+                    keep.append(entry)
+            pool[:] = keep          # in place: malloc may hold this list
+
+
+# ------------------------------------------------------------ allocation program
+_STEPS = 2  # optimizer steps replayed: the layout (and max reserved) is settled by the end of step 2
+
+
+@dataclass
+class _PMod:
+    """One parameter-holding module instance: its tensors (numel, trainable)."""
+
+    key: str
+    role: str
+    block: str                      # 'first' | 'attn' | 'mlp' | 'last'
+    layer: int
+    tensors: tuple[tuple[int, bool], ...]
+
+
+@dataclass
+class _SimResult:
+    startup_allocated: int
+    startup_reserved: int
+    peak_allocated: int
+    peak_reserved: int
+    peak_phase: str
+    live_at_peak: dict[str, int]
+    phase_peaks: dict[str, int]
+    retries: int = 0
+    oom: tuple[str, int] | None = None
+
+
+_ATTN_NORMS = ("input_layernorm", "ln_1", "self_attn_layer_norm", "q_norm", "k_norm")
+_ATTN_ROLES = ("q", "k", "v", "qkv", "o")
+_FORWARD_ROLE_ORDER = {"norm": 0, "q": 1, "k": 2, "v": 3, "qkv": 1, "o": 5, "gate": 6, "up": 7, "down": 8,
+                       "fc1": 6, "fc2": 8}
+
+
+def _module_plan(spec: ModelSpec, setup: TrainSetup) -> tuple[list[_PMod], list[list[_PMod]], list[_PMod]]:
+    """(modules before the blocks, modules of each block in forward order, modules after)
+    with their parameter tensors; LoRA freezes the base and adds r·in + r·out adapters."""
+    L = spec.layers
+    lora = setup.lora_rank is not None
+    roles = _lora_roles(setup.lora_targets) if lora else frozenset()
+    r = setup.lora_rank or 0
+    first: list[_PMod] = []
+    last: list[_PMod] = []
+    per_layer: list[tuple[int, str, str, tuple[tuple[int, bool], ...]]] = []
+    projections = 0
+    for idx, m in enumerate(spec.modules()):
+        if m.shared:
+            continue
+        tensors = tuple((t, not lora) for t in _tensors(m))
+        if lora and m.in_features and m.role in roles and m.role not in ("embed", "pos_embed"):
+            tensors += ((r * m.in_features, True), (r * m.out_features, True))
+        if m.count >= L and m.count % L == 0 and m.role not in ("embed", "pos_embed", "lm_head"):
+            for j in range(m.count // L):
+                if m.role == "norm":
+                    attn_side = m.name in _ATTN_NORMS or (m.name == "layernorms" and j == 0)
+                    block = "attn" if attn_side else "mlp"
+                else:
+                    block = "attn" if m.role in _ATTN_ROLES else "mlp"
+                per_layer.append((idx * 16 + j, m.role, block, tensors))
+        elif m.role in ("embed", "pos_embed") or (m.role == "proj" and projections == 0):
+            projections += m.role == "proj"       # OPT's project_in runs first, project_out last
+            first.append(_PMod(m.name, m.role, "first", -1, tensors))
+        else:
+            last.append(_PMod(m.name, m.role, "last", -1, tensors))
+    blocks: list[list[_PMod]] = []
+    for layer in range(L):
+        mods = [_PMod(f"{layer}.{key}", role, block, layer, t) for key, role, block, t in per_layer]
+        mods.sort(key=lambda p: (p.block != "attn", _FORWARD_ROLE_ORDER.get(p.role, 9)))
+        blocks.append(mods)
+    return first, blocks, last
+
+
+def _registration_order(spec: ModelSpec, first: list[_PMod], blocks: list[list[_PMod]],
+                        last: list[_PMod]) -> list[_PMod]:
+    """``model.parameters()`` order (what DeepSpeed flattens and groups): registration order."""
+    order = list(first)
+    for mods in blocks:
+        order += sorted(mods, key=lambda p: int(p.key.split(".", 1)[1]))
+    return order + last
+
+
+class _Program:
+    """What ``tools/capture/train.py``-style training allocates on one GPU, in
+    order, replayed through ``_CachingAllocator``: the model load, what
+    ``deepspeed.initialize`` builds (reference/deepspeed.md §2; DeepSpeed
+    0.19.8 ``stage_1_and_2.py``/``stage3.py`` code paths), then ``_STEPS``
+    optimizer steps of forward (every saved activation tensor of
+    ``_layer_terms``, the residual stream, the logits chain), backward (each
+    layer's saved tensors freed, its gradients and backward working set
+    allocated, ZeRO's bucket and partition buffers) and the optimizer step (the
+    fp32 gradient copy, Adam's lazily created states, foreach temporaries).
+    Tags say what each allocation is, for the breakdown at the peak.
+
+    Tensor sizes come from the analytic terms; the order and lifetimes from the
+    libraries' code; nothing is fitted here except ``cublas_workspace_bytes``."""
+
+    def __init__(self, spec: ModelSpec, setup: TrainSetup, device_bytes: int, cap: float | None = None) -> None:
+        self.spec, self.setup = spec, setup
+        self.al = _CachingAllocator(cap)
+        self.e = setup.element_bytes
+        self.N = setup.world_size
+        self.ds = setup.deepspeed
+        self.stage = setup.zero_stage if setup.deepspeed else -1
+        self.off_opt = setup.effective_offload_optimizer != "none"
+        self.off_param = setup.effective_offload_param != "none"
+        self.tok = setup.micro_batch * setup.seq_len
+        self.sbh = self.tok * spec.hidden
+        self.TV = self.tok * spec.vocab
+        self.ckpt = setup.grad_ckpt
+        self.amp = (not self.ds) and setup.torch_amp and self.e < 4
+        self.we = 4 if self.amp else self.e             # bytes per stored weight element
+        self.ge = self.we if not self.ds else self.e    # bytes per gradient element
+        self.first, self.blocks, self.last = _module_plan(spec, setup)
+        self.order = _registration_order(spec, self.first, self.blocks, self.last)
+        self.T = sum(n for m in self.order for n, t in m.tensors if t)
+        overlap = setup.effective_overlap_comm and self.ds
+        self.rs = 1 if overlap else 0                  # reduction stream
+        self.ags = 2 if overlap else 0                 # ZeRO-3 all-gather stream
+        self.device_bytes = device_bytes
+        self.state_tensors = OPTIMIZER_STATE_BYTES[setup.optimizer.lower()] // 4
+        self.held_logits: _Block | None = None
+        self.cublas: _Block | None = None
+        self.grads: list[_Block] = []
+        self.states: list[list[_Block]] = []
+        self.gathered: dict[str, list[_Block]] = {}
+        self.trace: list[_PMod] | None = None
+        self.rec: list[_PMod] = []
+        self.pos = 0
+        self.micro = 0
+        self.boundary = True
+        self.bufs: list[_Block | None] | None = None
+        self.held_bufs: list[_Block] = []
+        self.gip: _Block | None = None
+        self.old_gip: _Block | None = None
+        self.bucket_elems = 0
+        self.bucket_tensors: list[int] = []
+        self.persist: set[tuple[str, int]] = set()
+        self.avail = 0
+        self.modmap = {m.key: m for m in self.order}
+        self._layer_sizes()
+
+    # ---------------------------------------------------------------- helpers
+    def A(self, nbytes: float, tag: str, stream: int = 0) -> _Block:
+        return self.al.malloc(nbytes, stream, tag)
+
+    def F(self, *blocks: _Block | None) -> None:
+        for b in blocks:
+            self.al.free(b)
+
+    def phase(self, name: str) -> None:
+        self.al.phase = name
+
+    def _layer_sizes(self) -> None:
+        """Saved activation tensors of one block, split into its attention and MLP halves."""
+        spec, setup = self.spec, self.setup
+        b, s = setup.micro_batch, setup.seq_len
+        raw = _layer_terms(spec, setup, b, s)
+        t = {k: v * _factor(f"act.{k}") for k, v in raw.items() if v}
+        self.t = t
+        # the HF Llama / Mistral / Qwen2 block, op by op as a torch 2.11 allocation trace shows it
+        self.llama = (spec.family == "llama" and spec.norm == "rmsnorm" and spec.gated_mlp
+                      and spec.norms_per_layer == 2 and not spec.fused_qkv)
+        n_norm = max(1, spec.norms_per_layer)
+        norm_keys = [k for k in ("norm_fp32_input", "norm_normalized", "norm_input") if k in t]
+        norm1 = [t[k] / n_norm for k in norm_keys]
+        attn = norm1 + [t[k] for k in ("attn_input", "q", "k", "v", "attn_softmax", "attn_probs", "attn_dropout",
+                                        "attn_out", "attn_lse", "o_proj_input") if k in t]
+        mlp = []
+        for _ in range(n_norm - 1):
+            mlp += [t[k] / n_norm for k in norm_keys]
+        mlp += [t[k] for k in ("mlp_input", "mlp_gate", "mlp_act", "mlp_up", "mlp_product", "mlp_fc") if k in t]
+        if "hidden_dropout" in t:
+            attn.append(t["hidden_dropout"] / 2)
+            mlp.append(t["hidden_dropout"] / 2)
+        self.attn_saved, self.mlp_saved = attn, mlp
+        self.attn_split = len(norm1)                     # attn[:attn_split] belong to the first norm
+        self.mlp_split = (n_norm - 1) * len(norm_keys)   # mlp[:mlp_split] to the other norms
+        model = _model_level_terms(spec, setup, b, s)
+        self.final_saved = model.get("final_norm", 0) * _factor("act.final_norm")
+        self.mask = model.get("attn_mask", 0) * _factor("act.attn_mask")
+        e, tok = self.e, self.tok
+        self.wide = e * tok * spec.intermediate         # an FFN-wide gradient in backward
+        self.qwidth = e * tok * spec.q_dim
+        self.kvwidth = e * tok * spec.kv_dim
+        self.scores = b * spec.heads * s * s if setup.attn == "eager" else 0
+
+    # ---------------------------------------------------------------- phases
+    def run(self) -> _SimResult:
+        self.phase("initialize")
+        self.init()
+        startup = (self.al.peak_allocated, self.al.peak_reserved)
+        ga = max(1, self.setup.grad_accum_steps)
+        for step in range(1, _STEPS + 1):
+            for micro in range(ga):
+                self.micro = micro
+                self.boundary = micro == ga - 1
+                self.forward()
+                self.backward()
+            self.phase("optimizer step")
+            self.step(step)
+        phase, live = self.al.at_peak
+        return _SimResult(startup_allocated=startup[0], startup_reserved=startup[1],
+                          peak_allocated=self.al.peak_allocated, peak_reserved=self.al.peak_reserved,
+                          peak_phase=phase, live_at_peak=live, phase_peaks=dict(self.al.phase_peaks),
+                          retries=self.al.retries, oom=self.al.oom)
+
+    # ---------------------------------------------------------------- init
+    def init(self) -> None:
+        if not self.ds:
+            return self._init_torch()
+        if self.stage == 3:
+            return self._init_zero3()
+        return self._init_zero012()
+
+    def _module_to_device(self) -> dict[str, list[_Block]]:
+        return {m.key: [self.A(self.e * n, "weights") for n, _ in m.tensors] for m in self.order}
+
+    def _init_torch(self) -> None:
+        """``model.cuda()``: every tensor (fp32 under AMP, adapters fp32 under LoRA), then DDP's buckets."""
+        lora = self.setup.lora_rank is not None
+        for m in self.order:
+            for n, trainable in m.tensors:
+                self.A((4 if (self.amp and (trainable or not lora)) else self.e) * n, "weights")
+        if self.N > 1:
+            # DDP Reducer: gradient buckets (bucket_cap_mb 25) holding a copy of every gradient
+            left = self.ge * self.T
+            while left > 0:
+                self.A(min(left, 25 * MiB), "buckets")
+                left -= 25 * MiB
+
+    def _init_zero012(self) -> None:
+        """stage_1_and_2.py / bf16_optimizer.py: module.to(device), the flat 16-bit copy of
+        the trainable parameters, the fp32 master partition (a GPU clone first), the fp32
+        gradient partition ``initialize_optimizer_states`` creates and drops."""
+        e, N, T = self.e, self.N, self.T
+        setup = self.setup
+        blocks = self._module_to_device()
+        trainable = [b for m in self.order for b, (n, t) in zip(blocks[m.key], m.tensors) if t]
+        flat_bytes = e * T * _factor("startup.flat_copy")
+        on_gpu = setup.startup_flatten == "gpu"
+        if setup.startup_flatten == "auto":
+            free_after_module = (self.device_bytes - CALIBRATION["cuda_context_bytes"] - _nccl_bytes(setup)[1]
+                                 - self.al.reserved)
+            on_gpu = free_after_module >= flat_bytes
+        flattens = self.stage >= 1 or e < 4
+        if not flattens:
+            return
+        if on_gpu:
+            self.flat = self.A(flat_bytes, "weights")
+            self.F(*trainable)
+        else:
+            self.F(*trainable)          # parameters moved to the CPU, flattened there
+            self.al.empty_cache()
+            self.flat = self.A(flat_bytes, "weights")
+        if self.stage == 0:
+            # BF16_Optimizer / FP16_Optimizer: fp32 master partition and a full fp32 gradient buffer
+            self.master = self.A(4 * T / N, "optimizer")
+            self.fp32_grads = self.A(4 * T, "gradients")
+            return
+        clone = self.A(e * T / N, "optimizer")       # partition.clone(), then .to(fp32 [, cpu])
+        if self.off_opt:
+            self.F(clone)
+            self.A(e * max(n for m in self.order for n, t in m.tensors if t), "gradients")  # temp_grad_buffer_for_gpu_offload
+            return
+        self.master = self.A(4 * T / N, "optimizer")
+        self.F(clone)
+        z = self.A(4 * T / N, "optimizer")           # initialize_optimizer_states: zeros, then grad = None
+        self.F(z)
+
+    def _persistent(self, n: int) -> bool:
+        return n <= self.setup.param_persistence_threshold
+
+    def _init_zero3(self) -> None:
+        """stage3.py: zero.Init builds each parameter on the GPU and partitions it; the
+        optimizer defragments the trainable partitions into one flat buffer (via the CPU
+        and empty_cache), clones fp32 partitions per sub-group (the previous sub-group's
+        conversion still referenced), creates and drops a gradient buffer of the largest
+        sub-group, then the IPG bucket, the flat gradient partitions, and gathers every
+        parameter once to hook its AccumulateGrad."""
+        e, N = self.e, self.N
+        setup = self.setup
+        parts: list[_Block] = []
+        for m in self.order:
+            for j, (n, t) in enumerate(m.tensors):
+                if setup.zero_init:
+                    full = self.A(e * n, "weights")
+                    if not self.off_param:
+                        parts.append(self.A(e * -(-n // N), "weights"))
+                    self.F(full)
+                else:
+                    parts.append(self.A(e * n, "weights"))
+                if self._persistent(n):
+                    self.persist.add((m.key, j))
+        if not setup.zero_init:
+            whole = parts
+            parts = []
+            for m in self.order:
+                for n, t in m.tensors:
+                    if not self.off_param:
+                        parts.append(self.A(e * -(-n // N), "weights"))
+            self.F(*whole)
+        # persistent parameters stay whole on every GPU (a real copy unless world size 1 on the GPU)
+        if N > 1 or self.off_param:
+            for m in self.order:
+                for j, (n, _) in enumerate(m.tensors):
+                    if (m.key, j) in self.persist:
+                        self.A(e * n, "weights")
+        tpart = [-(-n // N) for m in self.order for n, t in m.tensors if t]
+        self.Tpart = sum(tpart)
+        if not self.off_param:
+            flags = [t for m in self.order for _, t in m.tensors]
+            self.F(*[p for p, t in zip(parts, flags) if t])   # defragment: to the CPU, empty_cache, back
+            self.al.empty_cache()
+            self.lp = self.A(e * self.Tpart, "weights")
+        subs, acc = [], 0
+        for n in tpart:
+            acc += n
+            if acc >= setup.sub_group_size:
+                subs.append(acc)
+                acc = 0
+        if acc:
+            subs.append(acc)
+        self.subs = subs
+        if not self.off_opt:
+            prev = None
+            for n in subs:
+                conv = self.A(4 * n, "optimizer")
+                self.F(prev)
+                self.A(4 * n, "optimizer")
+                prev = conv
+            self.F(prev)
+            gb = self.A(4 * max(subs), "optimizer")
+            self.F(gb)
+        if setup.contiguous_gradients:
+            self.A(e * setup.reduce_bucket_size, "buckets")
+        gae = 4 if setup.grad_accum_dtype in ("fp32", "float32") else e
+        if not self.off_opt:
+            self.A(gae * self.Tpart, "gradients")
+        for m in self.order:
+            for j, (n, t) in enumerate(m.tensors):
+                if t and (m.key, j) not in self.persist:
+                    ft = self.A(e * n, "weights")
+                    if self.off_param:
+                        self.F(self.A(e * -(-n // N), "weights"))
+                    self.F(ft)
+
+    # ---------------------------------------------------------------- parameter fetch (ZeRO-3) / autocast copies
+    def _needs_gather(self) -> bool:
+        return self.stage == 3 and (self.N > 1 or self.off_param)
+
+    def fetch(self, mods: list[_PMod]) -> None:
+        if self.amp:
+            # autocast: the 16-bit copy of each fp32 linear weight, saved by the matmul for backward
+            for m in mods:
+                if m.key not in self.gathered and m.role not in ("embed", "pos_embed", "norm"):
+                    self.gathered[m.key] = [self.A(2 * n, "activations") for n, t in m.tensors
+                                            if t or self.setup.lora_rank is None]
+            return
+        if not self._needs_gather():
+            return
+        for m in mods:
+            self.rec.append(m)
+            self._gather(m)
+            if self.trace is not None:
+                self.pos += 1
+                self._prefetch()
+
+    def _gather(self, m: _PMod) -> None:
+        if m.key in self.gathered:
+            return
+        blocks = []
+        for j, (n, _) in enumerate(m.tensors):
+            if (m.key, j) not in self.persist:
+                # the all-gathered full parameter: ZeRO-3's working set (a comm buffer in our taxonomy)
+                blocks.append(self.A(self.e * n, "buckets", self.ags))
+                self.avail += n
+        self.gathered[m.key] = blocks
+
+    def _prefetch(self) -> None:
+        """partitioned_param_coordinator: after a fetch, gather the next modules of the
+        recorded trace, up to prefetch_bucket_size elements and while fewer than
+        max_live_parameters elements are gathered."""
+        setup = self.setup
+        budget = min(setup.prefetch_bucket_size, setup.max_live_parameters - self.avail)
+        num = 0
+        i = self.pos
+        while self.trace is not None and i < len(self.trace) and num < budget:
+            m = self.trace[i]
+            if m.key not in self.gathered:
+                self._gather(m)
+                num += sum(n for n, _ in m.tensors)
+            i += 1
+
+    def release(self, mods: list[_PMod]) -> None:
+        if self.amp or not self._needs_gather():
+            return
+        keep: set[str] = set()
+        if self.trace is not None:
+            # __params_to_release: keep what is used again within max_reuse_distance elements
+            trav = 0
+            for m2 in self.trace[self.pos:]:
+                if trav >= self.setup.max_reuse_distance:
+                    break
+                keep.add(m2.key)
+                trav += sum(n for n, _ in m2.tensors)
+        for m in mods:
+            if m.key not in keep:
+                self._drop(m.key)
+
+    def _drop(self, key: str) -> None:
+        blocks = self.gathered.pop(key, None)
+        if blocks:
+            mod = self.modmap[key]
+            self.avail -= sum(n for j, (n, _) in enumerate(mod.tensors) if (key, j) not in self.persist)
+            self.F(*blocks)
+
+    def release_casts(self, mods: list[_PMod]) -> None:
+        if self.amp:
+            for m in mods:
+                self.F(*self.gathered.pop(m.key, ()))
+
+    # ---------------------------------------------------------------- forward
+    def forward(self) -> None:
+        self.phase("forward")
+        # ZeRO-3's coordinator resets at the start of every forward; the first full
+        # forward + backward it saw is the trace it prefetches and releases by from then on
+        if self.trace is None and self.rec:
+            self.trace = self.rec
+        self.rec, self.pos = [], 0
+        e, tok = self.e, self.tok
+        ids = self.A(8 * tok, "activations")           # input ids (int64; the capture loop passes them as labels too)
+        self.fetch(self.first)
+        x = self.A(e * self.sbh, "activations")        # embedding output
+        if any(m.role == "pos_embed" for m in self.first):
+            x2 = self.A(e * self.sbh, "activations")
+            self.F(x)
+            x = x2
+        self.release(self.first)
+        if self.cublas is None:
+            self.cublas = self.A(CALIBRATION["cublas_workspace_bytes"], "other")
+        mask = self.A(self.mask, "activations") if self.mask else None
+        self.saved: list[Any] = []
+        self.inputs: list[_Block] = []
+        for mods in self.blocks:
+            if self.ckpt:
+                self.inputs.append(x)
+                x, sv = self._block_forward(mods, x, keep_input=True)
+                self.F(*_saved_blocks(sv))
+                self.release_casts(mods)
+                self.saved.append(None)
+            else:
+                x, sv = self._block_forward(mods, x, keep_input=False)
+                self.saved.append(sv)
+        self.fetch([m for m in self.last if m.role != "lm_head"])
+        fin = [self.A(part, "activations") for part in self._final_parts()]
+        self.F(x)
+        self.release([m for m in self.last if m.role != "lm_head"])
+        head = [m for m in self.last if m.role == "lm_head"] or [m for m in self.first if m.role == "embed"]
+        self.fetch(head)
+        logits = self.A(e * self.TV, "logits")
+        self.release(head)
+        # HF ForCausalLMLoss: logits.float(), log_softmax saved by cross-entropy
+        up = self.A(4 * self.TV * _factor("logits.fp32_upcast"), "logits") if e < 4 else None
+        lab = self.A(8 * tok, "activations")
+        lsm = self.A(4 * self.TV * _factor("logits.log_softmax"), "logits")
+        self.F(up)
+        # the training loop's `out = model(...)` drops the previous step's output only now
+        self.F(self.held_logits)
+        self.held_logits = logits
+        self.fwd_state = (ids, lab, mask, fin, lsm, head)
+
+    def _final_parts(self) -> list[float]:
+        total = self.final_saved
+        if not total:
+            return []
+        if self.spec.norm == "rmsnorm":
+            e, sbh = self.e, self.sbh
+            raw = [4 * sbh, e * sbh, e * sbh]
+            scale = total / sum(raw)
+            return [r * scale for r in raw]
+        return [total / 2, total / 2]
+
+    def _block_forward(self, mods: list[_PMod], x: _Block, keep_input: bool) -> tuple[_Block, Any]:
+        if self.llama:
+            return self._llama_forward(mods, x, keep_input)
+        e = self.e
+        attn = [m for m in mods if m.block == "attn"]
+        mlp = [m for m in mods if m.block == "mlp"]
+        self.fetch(attn)
+        sa = [self.A(sz, "activations") for sz in self.attn_saved]
+        r1 = self.A(e * self.sbh, "activations")       # residual after attention
+        self.release(attn)
+        self.fetch(mlp)
+        sm = [self.A(sz, "activations") for sz in self.mlp_saved]
+        y = self.A(e * self.sbh, "activations")        # block output
+        self.F(r1)
+        self.release(mlp)
+        if not keep_input:
+            self.F(x)
+        return y, (sa, sm)
+
+    # ---------------------------------------------------------------- backward
+    def backward(self) -> None:
+        self.phase("backward")
+        e = self.e
+        ids, lab, mask, fin, lsm, head = self.fwd_state
+        nll = self.A(4 * self.TV * _factor("logits.fp32_upcast"), "logits")   # dloss/dlogprobs
+        lsg = self.A(4 * self.TV * _factor("logits.ce_grad"), "logits")       # log_softmax backward
+        self.F(nll, lsm)
+        if e < 4:
+            gl = self.A(e * self.TV, "logits")                                # .float() backward
+            self.F(lsg)
+        else:
+            gl = lsg
+        self.fetch(head)
+        hm = head[0]
+        emb_acc = None
+        gW = None
+        if hm.tensors[0][1]:
+            gW = self.A(self.ge * hm.tensors[0][0], "gradients")
+        gh = self.A(e * self.sbh, "activations")
+        self.F(gl)
+        if gW is not None:
+            if hm.role == "lm_head":
+                self.grad(hm.key, 0, gW)
+            else:
+                emb_acc = gW          # tied: accumulated with the embedding's own gradient at the end
+        self.release(head)
+        self.release_casts(head)
+        tail = [m for m in self.last if m.role != "lm_head"]
+        self.fetch(tail)
+        g = self._norm_backward(fin, tail, gh)
+        self.release(tail)
+        self.release_casts(tail)
+        for layer in reversed(range(len(self.blocks))):
+            mods = self.blocks[layer]
+            if self.ckpt:
+                x = self.inputs[layer]
+                y, sv = self._block_forward(mods, x, keep_input=True)
+                self.F(y)
+            else:
+                sv = self.saved[layer]
+            g = self._block_backward(mods, sv, g)
+            if self.ckpt:
+                self.F(x)
+        self.fetch(self.first)
+        emb = [m for m in self.first if m.role == "embed"]
+        dense = self.A(self.ge * emb[0].tensors[0][0], "gradients") if emb and emb[0].tensors[0][1] else None
+        self.F(g)
+        if emb_acc is not None and dense is not None:
+            self.F(dense)
+            dense = emb_acc
+        for m in self.first:
+            for j, (n, t) in enumerate(m.tensors):
+                if not t:
+                    continue
+                if m.role == "embed" and j == 0:
+                    if dense is not None:
+                        self.grad(m.key, j, dense)
+                else:
+                    self.grad(m.key, j, self.A(self.ge * n, "gradients"))
+        self.release(self.first)
+        self.release_casts(self.first)
+        self.F(ids, lab, mask)
+        self.epilogue()
+
+    def _module_grads(self, mods: list[_PMod]) -> None:
+        for m in mods:
+            for j, (n, t) in enumerate(m.tensors):
+                if t:
+                    self.grad(m.key, j, self.A(self.ge * n, "gradients"))
+
+    def _norm_backward(self, saved: list[_Block], norms: list[_PMod], g: _Block) -> _Block:
+        e = self.e
+        t = self.A(4 * self.sbh, "activations")
+        self.F(*reversed(saved))
+        self._module_grads(norms)
+        gx = self.A(e * self.sbh, "activations")
+        self.F(t, g)
+        return gx
+
+    def _block_backward(self, mods: list[_PMod], sv: Any, g: _Block) -> _Block:
+        if self.llama:
+            return self._llama_backward(mods, sv, g)
+        e = self.e
+        sa, sm = sv
+        attn = [m for m in mods if m.block == "attn"]
+        mlp = [m for m in mods if m.block == "mlp"]
+        attn_norms = [m for m in attn if m.role == "norm"]
+        mlp_norms = [m for m in mlp if m.role == "norm"]
+        # MLP (down / fc2 first)
+        self.fetch(mlp)
+        out_proj = [m for m in mlp if m.role in ("down", "fc2")]
+        in_proj = [m for m in mlp if m.role in ("gate", "up", "fc1")]
+        self._module_grads(out_proj)
+        w1 = self.A(self.wide, "activations")
+        body = sm[self.mlp_split:]
+        w2 = self.A(self.wide, "activations")
+        w3 = self.A(self.wide, "activations") if self.spec.gated_mlp else None
+        self.F(w1)
+        self.F(*reversed(body))
+        self._module_grads(list(reversed(in_proj)))
+        gx = self.A(e * self.sbh, "activations")
+        self.F(w2, w3)
+        g2 = self._norm_backward(sm[:self.mlp_split], mlp_norms, gx)
+        gm = self.A(e * self.sbh, "activations")     # residual: g + dL/dx of the MLP branch
+        self.F(g2, g)
+        self.release(mlp)
+        self.release_casts(mlp)
+        # attention (o first, then q/k/v)
+        self.fetch(attn)
+        self._module_grads([m for m in attn if m.role == "o"])
+        ga = self.A(self.qwidth, "activations")
+        if self.scores:
+            p1 = self.A(e * self.scores, "activations")
+            p2 = self.A((4 if self.spec.softmax_fp32 else e) * self.scores, "activations")
+            self.F(p1)
+        gq = self.A(self.qwidth, "activations")
+        gkv = self.A(2 * self.kvwidth, "activations")
+        if self.scores:
+            self.F(p2)
+        self.F(ga)
+        body = sa[self.attn_split:]
+        self.F(*reversed(body))
+        self._module_grads([m for m in reversed(attn) if m.role in ("q", "k", "v", "qkv")])
+        gx = self.A(e * self.sbh, "activations")
+        self.F(gq, gkv)
+        g3 = self._norm_backward(sa[:self.attn_split], attn_norms, gx)
+        gout = self.A(e * self.sbh, "activations")
+        self.F(g3, gm)
+        self.release(attn)
+        self.release_casts(attn)
+        return gout
+
+    # ---------------------------------------------------------------- the Llama-family block
+    def _rms_forward(self, saved_out: float) -> tuple[list[_Block], _Block]:
+        """LlamaRMSNorm: x.float() (saved), pow/mean temporaries, rsqrt (saved), the fp32
+        product (temporary), its 16-bit cast (saved for the weight's gradient), the output."""
+        e, sbh, t = self.e, self.sbh, self.t
+        x32 = self.A(t["norm_fp32_input"] / 2, "activations")
+        self.F(self.A(4 * sbh, "activations"))                     # pow(2)
+        var = self.A(4 * self.tok, "activations")
+        rs = self.A(4 * self.tok, "activations")
+        hs = self.A(4 * sbh, "activations")
+        nrm = self.A(t["norm_normalized"] / 2, "activations") if t.get("norm_normalized") else None
+        out = self.A(saved_out or e * sbh, "activations")
+        self.F(hs, var)
+        return [x32, rs, nrm], out
+
+    def _rope(self, width: float, saved: float) -> _Block:
+        """apply_rotary_pos_emb on one of q / k: x·cos, rotate_half (neg + cat), ·sin, sum."""
+        a = self.A(width, "activations")
+        n = self.A(width / 2, "activations")
+        c = self.A(width, "activations")
+        self.F(n)
+        r = self.A(width, "activations")
+        self.F(c)
+        out = self.A(saved, "activations")
+        self.F(r, a)
+        return out
+
+    def _llama_forward(self, mods: list[_PMod], x: _Block, keep_input: bool) -> tuple[_Block, dict]:
+        e, sbh, t = self.e, self.sbh, self.t
+        attn = [m for m in mods if m.block == "attn"]
+        mlp = [m for m in mods if m.block == "mlp"]
+        sv: dict[str, Any] = {}
+        self.fetch(attn)
+        sv["n1"], out1 = self._rms_forward(t.get("attn_input", 0))
+        q = self.A(self.qwidth, "activations")
+        k = self.A(self.kvwidth, "activations")
+        sv["v"] = self.A(t.get("v") or self.kvwidth, "activations")
+        sv["q"] = self._rope(self.qwidth, t["q"])
+        sv["k"] = self._rope(self.kvwidth, t["k"])
+        self.F(q, k)
+        if not t.get("attn_input"):
+            self.F(out1)
+            out1 = None
+        sv["out1"] = out1
+        if self.scores:
+            w = self.A(e * self.scores, "activations")                      # q @ kᵀ
+            sv["sm"] = self.A(t["attn_softmax"], "activations")
+            self.F(w)
+            sv["probs"] = self.A(t.get("attn_probs") or t.get("attn_dropout", 0), "activations")
+            ao = self.A(self.qwidth, "activations")                          # probs @ v, (b, a, s, d)
+            sv["o"] = self.A(t.get("o_proj_input") or self.qwidth, "activations")  # transpose + reshape copy
+            self.F(ao)
+            sv["lse"] = None
+        else:
+            sv["o"] = self.A(t["attn_out"], "activations")
+            sv["lse"] = self.A(t["attn_lse"], "activations")
+        op = self.A(e * sbh, "activations")                                  # o_proj output
+        r1 = self.A(e * sbh, "activations")                                  # + residual
+        self.F(op)
+        self.release(attn)
+        self.fetch(mlp)
+        sv["n2"], out2 = self._rms_forward(t.get("mlp_input", 0))
+        wide = self.wide
+        sv["g"] = self.A(t.get("mlp_gate") or wide, "activations")
+        sv["sl"] = self.A(t.get("mlp_act") or wide, "activations")
+        sv["u"] = self.A(t.get("mlp_up") or wide, "activations")
+        sv["pr"] = self.A(t.get("mlp_product") or wide, "activations")
+        dn = self.A(e * sbh, "activations")                                  # down_proj output
+        y = self.A(e * sbh, "activations")                                   # + residual
+        self.F(dn, r1)
+        if not t.get("mlp_input"):
+            self.F(out2)
+            out2 = None
+        sv["out2"] = out2
+        if not t.get("mlp_product"):
+            self.F(sv["pr"])
+            sv["pr"] = None
+        self.release(mlp)
+        if not keep_input:
+            self.F(x)
+        return y, sv
+
+    def _grad_of(self, mods: list[_PMod], role: str) -> list[tuple[_PMod, int, int]]:
+        return [(m, j, n) for m in mods if m.role == role for j, (n, tr) in enumerate(m.tensors) if tr]
+
+    def _alloc_grads(self, mods: list[_PMod], role: str) -> list[tuple[_PMod, int, _Block]]:
+        return [(m, j, self.A(self.ge * n, "gradients")) for m, j, n in self._grad_of(mods, role)]
+
+    def _hook_all(self, grads: list[tuple[_PMod, int, _Block]]) -> None:
+        for m, j, blk in grads:
+            self.grad(m.key, j, blk)
+
+    def _rms_backward(self, saved: list[_Block | None], out: _Block | None, norms: list[_PMod]) -> _Block:
+        e, sbh = self.e, self.sbh
+        x32, rs, nrm = saved
+        gw = self._alloc_grads(norms, "norm")
+        self.F(self.A(8 * sbh, "activations"))
+        a1 = self.A(e * sbh, "activations")
+        self.F(out, nrm)
+        b1 = self.A(4 * sbh, "activations")
+        b2 = self.A(4 * sbh, "activations")
+        b3 = self.A(4 * sbh, "activations")
+        self.F(b1, x32, rs)
+        gx = self.A(e * sbh, "activations")
+        self.F(b2, b3, a1)
+        self._hook_all(gw)
+        return gx
+
+    def _rope_backward(self, g: _Block, width: float) -> _Block:
+        t1 = self.A(width, "activations")
+        t2 = self.A(width / 2, "activations")
+        t3 = self.A(width, "activations")
+        self.F(t2)
+        t4 = self.A(width, "activations")
+        self.F(t1, t3, g)
+        return t4
+
+    def _llama_backward(self, mods: list[_PMod], sv: dict, gy: _Block) -> _Block:
+        e, sbh, wide = self.e, self.sbh, self.wide
+        attn = [m for m in mods if m.block == "attn"]
+        mlp = [m for m in mods if m.block == "mlp"]
+        adapters = [m for m in mods if m.role not in ("norm", "q", "k", "v", "o", "gate", "up", "down")]
+        # MLP: down, then the SiLU·up product, then up and gate
+        self.fetch(mlp)
+        gwd = self._alloc_grads(mlp, "down")
+        gpr = self.A(wide, "activations")
+        self.F(sv["pr"])
+        self._hook_all(gwd)
+        gsl = self.A(wide, "activations")
+        gu = self.A(wide, "activations")
+        self.F(gpr, sv["u"], sv["sl"])
+        gwu = self._alloc_grads(mlp, "up")
+        gxu = self.A(e * sbh, "activations")
+        self.F(gu)
+        self._hook_all(gwu)
+        gg = self.A(wide, "activations")
+        self.F(gsl, sv["g"])
+        gwg = self._alloc_grads(mlp, "gate")
+        gxg = self.A(e * sbh, "activations")
+        self.F(gg)
+        self._hook_all(gwg)
+        gx = self.A(e * sbh, "activations")
+        self.F(gxu, gxg)
+        gn = self._rms_backward(sv["n2"], sv["out2"], [m for m in mlp if m.role == "norm"])
+        self.F(gx)
+        gr = self.A(e * sbh, "activations")
+        self.F(gn, gy)
+        self.release(mlp)
+        self.release_casts(mlp)
+        # attention: o_proj, the attention kernel, RoPE, then v, k, q
+        self.fetch(attn)
+        gwo = self._alloc_grads(attn, "o")
+        ga = self.A(self.qwidth, "activations")
+        self._hook_all(gwo)
+        if self.scores:
+            p1 = self.A(e * self.scores, "activations")
+            self.F(sv["sm"], sv["probs"])
+            p2 = self.A((4 if self.spec.softmax_fp32 else e) * self.scores, "activations")
+            self.F(p1)
+        gq = self.A(self.qwidth, "activations")
+        gk = self.A(self.kvwidth, "activations")
+        gv = self.A(self.kvwidth, "activations")
+        if self.scores:
+            self.F(p2)
+        else:
+            self.F(self.A(4 * self.tok * self.spec.q_dim, "activations"))  # fp32 dq accumulator
+        self.F(ga, sv["k"], sv["q"], sv["v"], sv["lse"], sv["o"])
+        gq = self._rope_backward(gq, self.qwidth)
+        gk = self._rope_backward(gk, self.kvwidth)
+        gxs = None
+        for role, gt in (("v", gv), ("k", gk), ("q", gq)):
+            gws = self._alloc_grads(attn, role)
+            gxp = self.A(e * sbh, "activations")
+            self.F(gt)
+            self._hook_all(gws)
+            if gxs is None:
+                gxs = gxp
+            else:
+                acc = self.A(e * sbh, "activations")
+                self.F(gxs, gxp)
+                gxs = acc
+        self._module_grads(adapters)
+        gn = self._rms_backward(sv["n1"], sv["out1"], [m for m in attn if m.role == "norm"])
+        self.F(gxs)
+        gin = self.A(e * sbh, "activations")
+        self.F(gn, gr)
+        self.release(attn)
+        self.release_casts(attn)
+        return gin
+
+    # ---------------------------------------------------------------- gradients
+    def grad(self, key: str, j: int, blk: _Block) -> None:
+        """A parameter's gradient has been produced (its AccumulateGrad hook fires)."""
+        numel = blk.size // max(1, self.ge)
+        if not self.ds:
+            if self.micro > 0:
+                self.F(blk)       # accumulated into the existing .grad
+            else:
+                self.grads.append(blk)
+            return
+        if self.stage == 0:
+            if self.e < 4:
+                self.F(self.A(4 * numel, "gradients"), blk)   # hp_grad.add_(lp.grad.float())
+            elif self.micro > 0:
+                self.F(blk)
+            else:
+                self.grads.append(blk)
+            return
+        if self.stage == 3:
+            return self._grad_zero3(numel, blk)
+        return self._grad_zero12(numel, blk)
+
+    def _grad_zero12(self, numel: int, blk: _Block) -> None:
+        setup = self.setup
+        if not self.bufs:
+            # setup_buckets at the first gradient of each backward; a second one with overlap_comm
+            be = 4 if (self.stage == 1 and setup.grad_accum_dtype in ("fp32", "float32") and self.e < 4) else self.e
+            n = 2 if setup.effective_overlap_comm else 1
+            self.bufs = [self.A(be * setup.reduce_bucket_size, "buckets") for _ in range(n)] \
+                if setup.contiguous_gradients else [None]
+            self.bucket_elems = 0
+            self.bucket_tensors = []
+        if numel > setup.reduce_bucket_size:
+            self._flush12()
+            self.bucket_tensors = [numel]
+            self._flush12()
+            self.F(blk)
+            return
+        if self.bucket_elems + numel > setup.reduce_bucket_size:
+            self._flush12()
+        self.F(blk)                               # copied into the contiguous bucket
+        self.bucket_tensors.append(numel)
+        self.bucket_elems += numel
+
+    def _flush12(self) -> None:
+        if not self.bucket_tensors:
+            return
+        N = self.N
+        if self.off_opt:
+            for n in self.bucket_tensors:
+                part = n / N
+                # set_norm_for_param_grad_in_gpu (fp64 copy) and the fp32 copy sent to the host
+                self.F(self.A(8 * part, "gradients", self.rs))
+                self.F(self.A(4 * part, "gradients", self.rs))
+        elif self.gip is None:
+            gae = 4 if self.setup.grad_accum_dtype in ("fp32", "float32") and self.stage == 1 else self.e
+            self.gip = self.A(gae * self.T / N, "gradients", self.rs)
+        self.bucket_tensors = []
+        self.bucket_elems = 0
+
+    def _grad_zero3(self, numel: int, blk: _Block) -> None:
+        setup = self.setup
+        if self.bucket_elems + numel > setup.reduce_bucket_size and self.bucket_elems > 0:
+            self._flush3()
+        self.F(blk)                               # copied into the IPG bucket on the reduction stream
+        self.bucket_tensors.append(numel)
+        self.bucket_elems += numel
+
+    def _flush3(self) -> None:
+        """__reduce_and_partition_ipg_grads: reduce_scatter_coalesced concatenates the
+        bucket's gradients (one buffer), partition_grads copies this rank's share."""
+        if not self.bucket_tensors:
+            return
+        N, e = self.N, self.e
+        s = self.rs
+        cat = self.A(e * self.bucket_elems, "buckets", s) if len(self.bucket_tensors) > 1 or N > 1 else None
+        if self.off_opt:
+            prev = None
+            for n in self.bucket_tensors:
+                part = -(-n // N)
+                gbuf = self.A(e * part, "gradients", s)        # grad_buffer.to(device): back on the GPU
+                self.F(prev)
+                if self.boundary:
+                    left = part
+                    while left > 0:                             # _constant_buffered_norm2: fp64 chunks
+                        c = min(left, 250_000_000)
+                        self.F(self.A(8 * c, "gradients", s))
+                        left -= c
+                    self.F(self.A(4 * part, "gradients", s))     # fp32 copy for the host
+                prev = gbuf
+            self.F(prev)
+        self.F(cat)
+        self.bucket_tensors = []
+        self.bucket_elems = 0
+
+    def epilogue(self) -> None:
+        if not self.ds:
+            return
+        if self.stage == 3:
+            self._flush3()
+            return
+        if self.stage in (1, 2):
+            self._flush12()
+            if self.stage == 2:
+                for b in self.bufs or ():
+                    self.F(b)
+            else:
+                # stage 1: gradients outside this rank's partition stay as views into the bucket
+                # until the step frees them, so the bucket storage lives on
+                self.held_bufs += [b for b in self.bufs or () if b is not None]
+            self.bufs = None
+            if getattr(self, "old_gip", None) is not None:
+                self.F(self.old_gip)
+                self.old_gip = None
+            if not self.boundary and not self.off_opt and self.gip is not None:
+                # gradient accumulation: the next micro-step reduces into a new partition buffer;
+                # this one lives (through the accumulated .grad views) until that copy is done
+                self.old_gip, self.gip = self.gip, None
+
+    # ---------------------------------------------------------------- optimizer step
+    def _adam(self, n: float, key: int) -> None:
+        """A torch AdamW step on n fp32 elements: lazily created states, the foreach sqrt temporary."""
+        while len(self.states) <= key:
+            self.states.append([self.A(4 * n, "optimizer") for _ in range(self.state_tensors)])
+        if self.state_tensors:
+            self.F(self.A(4 * n, "optimizer"))
+
+    def step(self, step: int) -> None:
+        N, T, e = self.N, self.T, self.e
+        trainable = [n for m in self.order for n, t in m.tensors if t]
+        if not self.ds or (self.stage == 0 and e == 4):
+            se = 4 if (self.amp or e == 4) else e
+            if not self.states:
+                self.states = [[self.A(se * n, "optimizer") for _ in range(self.state_tensors)] for n in trainable]
+            if self.state_tensors:
+                tmp = [self.A(se * n, "optimizer") for n in trainable]
+                self.F(*tmp)
+            self.F(*self.grads)
+            self.grads = []
+            return
+        if self.stage == 3:
+            for key in list(self.gathered):   # _partition_all_parameters
+                self._drop(key)
+            if self.off_opt:
+                return
+            for n in trainable:
+                self.F(self.A(8 * -(-n // N), "optimizer"))    # fp64 norm of each gradient partition
+            for i, n in enumerate(self.subs):
+                flat = self.A(e * n, "gradients")
+                f32 = self.A(4 * n, "optimizer")
+                self.F(flat)
+                self._adam(n, i)
+                self.F(f32)
+            return
+        if self.stage == 0:
+            for n in trainable:
+                self.F(self.A(8 * n / N, "optimizer"))
+            self._adam(T / N, 0)
+            return
+        if self.off_opt:
+            return
+        for n in trainable:
+            self.F(self.A(8 * n / N, "optimizer"))             # get_grad_norm_direct: fp64 copies
+        flat = self.A(e * T / N, "gradients")                  # flatten(averaged_gradients)
+        f32 = self.A(4 * T / N, "optimizer")                   # .to(fp32)
+        self.F(flat, self.gip, *self.held_bufs)
+        self.gip = None
+        self.held_bufs = []
+        self._adam(T / N, 0)
+        self.F(f32)
+
+
+def _saved_blocks(sv: Any) -> list[_Block | None]:
+    """Every block a forward kept for backward (generic tuple or the Llama dict)."""
+    if isinstance(sv, dict):
+        out: list[_Block | None] = []
+        for v in sv.values():
+            out += v if isinstance(v, list) else [v]
+        return out
+    return list(sv[0]) + list(sv[1])
+
+
+def _simulate(spec: ModelSpec, setup: TrainSetup, device_bytes: int, cap: float | None = None) -> _SimResult:
+    return _Program(spec, setup, device_bytes, cap).run()
 
 
 # ---------------------------------------------------------------------- NCCL
 
 
 def _nccl_bytes(setup: TrainSetup) -> tuple[int, int]:
-    """(communicators, bytes).  DeepSpeed always initialises NCCL, with the
-    world group plus its clone (``groups._clone_world_group``) = 2
-    communicators; DDP uses 1; a single plain process none.  First
+    """(communicators, bytes).  DeepSpeed creates the world group plus its
+    clone (``groups._clone_world_group``, the data-parallel group).  With more
+    than one rank ``init_distributed`` binds ``device_id``, so torch creates the
+    world communicator eagerly and splits the clone from it: 2 communicators.
+    At world size 1 it does not (deepspeed/comm/torch.py), communicators are
+    created lazily, and only the data-parallel group ever carries a
+    collective: 1 (measured: 1316 MiB of non-PyTorch memory = context 738 +
+    one communicator 578).  DDP uses 1; a single plain process none.  First
     communicator 578 MiB (incl. kernel image), each further 388 MiB (measured
     on H200, nccl.md §2.2), plus peer connection buffers when world_size > 1."""
     if setup.deepspeed:
-        comms = 2
+        comms = 2 if setup.world_size > 1 else 1
     elif setup.world_size > 1:
         comms = 1
     else:
@@ -935,7 +2150,11 @@ def _nccl_bytes(setup: TrainSetup) -> tuple[int, int]:
 
 def estimate(spec: ModelSpec, setup: TrainSetup, device_bytes: int | None = None) -> Estimate:
     """Per-GPU estimate of ``setup`` training ``spec``; ``device_bytes`` is
-    the memory the process may use (default 80 GiB, said in assumptions)."""
+    the memory the process may use (default 80 GiB, said in assumptions).
+
+    The peaks come from replaying the run's allocations through the caching
+    allocator model (``_Program``); the named terms give the tensor sizes, the
+    resident model states (``model_states_bytes``) and the host side."""
     assumptions: list[str] = []
     if device_bytes is None:
         device_bytes = DEFAULT_DEVICE_BYTES
@@ -945,29 +2164,40 @@ def estimate(spec: ModelSpec, setup: TrainSetup, device_bytes: int | None = None
 
     acts = activation_terms(spec, setup)
     logit = logits_terms(spec, setup)
-    act_total, logit_total = sum(acts.values()), sum(logit.values())
     context = int(CALIBRATION["cuda_context_bytes"])
     comms, nccl = _nccl_bytes(setup)
-    states_total = st.weights + st.gradients + st.optimizer
-    overhead = (CALIBRATION["allocator_overhead_states"] * states_total
-                + CALIBRATION["allocator_overhead_dynamic"] * (act_total + logit_total + st.buckets))
+    # Unconstrained, the caching allocator keeps every segment it ever made: that max reserved is
+    # what a run shows on a card with room to spare (and what the measurements are).  When it
+    # exceeds the device, replay again under the cap: the allocator then frees whole cached
+    # segments and retries before it gives up, and the run may still fit.
+    sim = _simulate(spec, setup, device_bytes)
+    capped = False
+    if sim.peak_reserved + context + nccl > device_bytes:
+        tight = _simulate(spec, setup, device_bytes, cap=device_bytes - context - nccl)
+        if tight.oom is None:
+            sim, capped = tight, True
+        else:
+            sim = replace(sim, oom=tight.oom)
+    live = sim.live_at_peak
 
     breakdown = {
-        "weights": int(st.weights),
-        "gradients": int(st.gradients),
-        "optimizer": int(st.optimizer),
-        "activations": int(act_total),
-        "logits": int(logit_total),
-        "buckets": int(st.buckets),
+        "weights": int(live.get("weights", 0)),
+        "gradients": int(live.get("gradients", 0)),
+        "optimizer": int(live.get("optimizer", 0)),
+        "activations": int(live.get("activations", 0)),
+        "logits": int(live.get("logits", 0)),
+        "buckets": int(live.get("buckets", 0)),
+        "workspace": int(live.get("other", 0)),
         "context": context,
         "nccl": nccl,
-        "allocator_overhead": int(overhead),
+        # cached segments the caching allocator keeps reserved beyond the live tensors at the peak
+        "allocator_overhead": int(sim.peak_reserved - sim.peak_allocated),
         "kv_cache": 0,
         "startup_extra": 0,
     }
     step_peak = sum(v for k, v in breakdown.items() if k not in ("kv_cache", "startup_extra"))
-    startup_peak = int(st.startup_torch) + context + nccl
-    breakdown["startup_extra"] = max(0, startup_peak - breakdown["weights"] - context - nccl)
+    startup_peak = int(sim.startup_reserved) + context + nccl
+    breakdown["startup_extra"] = startup_peak - breakdown["weights"] - context - nccl
 
     gen_peak = None
     if setup.generation:
@@ -977,7 +2207,7 @@ def estimate(spec: ModelSpec, setup: TrainSetup, device_bytes: int | None = None
 
     predicted = max(startup_peak, step_peak, gen_peak or 0)
     host_rank, host_breakdown = _host_side(spec, setup, st, P)
-    assumptions += _assumptions(spec, setup, st, comms, T)
+    assumptions += _assumptions(spec, setup, st, comms, T, sim, context + nccl, capped)
     return Estimate(
         fits=predicted <= device_bytes,
         predicted_peak_bytes=int(predicted),
@@ -996,6 +2226,11 @@ def estimate(spec: ModelSpec, setup: TrainSetup, device_bytes: int | None = None
         n_params=P,
         trainable_params=T,
         setup=setup,
+        allocated_peak_bytes=int(sim.peak_allocated) + context + nccl,
+        startup_allocated_bytes=int(sim.startup_allocated) + context + nccl,
+        peak_phase=sim.peak_phase,
+        phase_peaks=MappingProxyType({k: int(v) + context + nccl for k, v in sim.phase_peaks.items()}),
+        resident_states_bytes=int(st.weights + st.gradients + st.optimizer),
     )
 
 
@@ -1025,7 +2260,12 @@ def _host_side(spec: ModelSpec, setup: TrainSetup, st: _States, P: int) -> tuple
     return max(load, steady), breakdown
 
 
-def _assumptions(spec: ModelSpec, setup: TrainSetup, st: _States, comms: int, T: int) -> list[str]:
+_PHASE_TEXT = {"initialize": "deepspeed.initialize / model load", "forward": "the forward pass",
+               "backward": "the backward pass", "optimizer step": "the optimizer step"}
+
+
+def _assumptions(spec: ModelSpec, setup: TrainSetup, st: _States, comms: int, T: int, sim: _SimResult,
+                 non_torch: int, capped: bool) -> list[str]:
     out = [f"model {spec.describe()}" + (f" ({spec.source})" if spec.source not in ("preset", "config") else "")]
     if spec.approximate:
         out.append("model_type not known exactly: counted as Llama-shaped")
@@ -1036,8 +2276,14 @@ def _assumptions(spec: ModelSpec, setup: TrainSetup, st: _States, comms: int, T:
                    f"gradients, optimizer {master}+{states} bytes/param (master + states) and {fp32g}-byte fp32 "
                    f"gradients (DeepSpeed's 18-byte accounting), world size {setup.world_size}")
     else:
-        mode = "AMP over an fp32 model" if e < 4 else "fp32"
-        out.append(f"plain PyTorch{' DDP' if setup.world_size > 1 else ''}, {mode}, {setup.optimizer}")
+        if e == 4:
+            mode = "fp32"
+        elif setup.torch_amp:
+            mode = "AMP over an fp32 model"
+        else:
+            mode = f"the module in {setup.dtype} (16-bit weights, gradients and optimizer states)"
+        out.append(f"plain PyTorch{' DDP' if setup.world_size > 1 else ''}, {mode}, {setup.optimizer} "
+                   f"(torch.optim foreach: one temporary per state tensor in the step)")
     if setup.lora_rank is not None:
         out.append(f"LoRA r={setup.lora_rank} on {', '.join(setup.lora_targets)}: {T:,} trainable params; "
                    f"frozen base weights keep no gradients or optimizer state; lora_dropout 0")
@@ -1062,13 +2308,36 @@ def _assumptions(spec: ModelSpec, setup: TrainSetup, st: _States, comms: int, T:
                    f"{setup.max_live_parameters:,}); persistent params ≤ {setup.param_persistence_threshold:,} "
                    f"elements stay whole")
     ckpt = "full recompute (layer inputs + one recomputed block)" if setup.grad_ckpt else "no checkpointing"
-    out.append(f"activations: per-tensor model of a HF {spec.family} block, {setup.attn} attention, {ckpt}, "
-               f"micro-batch {setup.micro_batch} × {setup.seq_len} tokens; factors uncalibrated (CALIBRATION)")
+    measured = spec.family == "llama" and setup.attn == "sdpa" and setup.lora_rank is None
+    out.append(f"activations: the tensors autograd saves in a HF {spec.family} block, {setup.attn} attention, "
+               f"{ckpt}, micro-batch {setup.micro_batch} × {setup.seq_len} tokens"
+               + (f", {setup.grad_accum_steps} micro-batches per step" if setup.grad_accum_steps > 1 else "")
+               + ("; measured exact on H200 for this family and attention (CALIBRATION)" if measured
+                  else "; sizes from the same derivation, measured only for Llama-family SDPA blocks"))
     if setup.attn == "sdpa" and spec.kv_heads != spec.heads:
         out.append("SDPA assumed to take GQA keys/values unrepeated (enable_gqa); eager repeats them")
-    out.append("loss in fp32: logits.float() + log-softmax + its gradient (HF ForCausalLMLoss)")
-    out.append(f"CUDA context {_g(CALIBRATION['cuda_context_bytes'])}; NCCL {comms} communicator(s)"
-               + (" (DeepSpeed always initialises NCCL: world group + its clone)" if setup.deepspeed else ""))
+    out.append("loss in fp32: logits.float() + log-softmax + its gradient (HF ForCausalLMLoss); the training "
+               "loop keeps the model output (its logits) through backward and the optimizer step, until the next "
+               "forward replaces it (`out = model(...)`; HF Trainer drops it before backward)")
+    where = _PHASE_TEXT.get(sim.peak_phase, sim.peak_phase or "start-up")
+    cached = sim.peak_reserved - sim.peak_allocated
+    out.append(f"peak: PyTorch's caching allocator replayed over the model load, initialize and {_STEPS} "
+               f"steps: tensors peak at {_g(sim.peak_allocated)} in {where}; it reserves "
+               f"{_g(sim.peak_reserved)} ({_g(cached)} cached in segments that later requests of other sizes "
+               f"cannot reuse), plus {_g(non_torch)} outside PyTorch")
+    if capped:
+        out.append(f"fits only because the allocator frees its cached segments when the device is full: "
+                   f"{sim.retries} cache flush(es) replayed (DeepSpeed warns \"pytorch allocator cache flushes\"); "
+                   f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids them")
+    elif sim.oom is not None:
+        phase, request = sim.oom
+        out.append(f"does not fit even after the allocator frees its cache: a {_g(request)} request in "
+                   f"{_PHASE_TEXT.get(phase, phase)} finds no room")
+    out.append(f"CUDA context {_g(CALIBRATION['cuda_context_bytes'])} and cuBLAS workspaces "
+               f"{_g(CALIBRATION['cublas_workspace_bytes'])}; NCCL {comms} communicator(s)"
+               + (" (world size 1: only the data-parallel group's communicator is ever created)"
+                  if setup.deepspeed and setup.world_size == 1 else
+                  " (DeepSpeed initialises NCCL: world group + its clone)" if setup.deepspeed else ""))
     out.append(f"host RAM per node = {setup.gpus_per_node} rank(s) × per-rank offload state and pinned buffers; "
                f"model loaded in {setup.dtype if setup.deepspeed else 'its training dtype'} before initialize")
     out += st.notes
@@ -1092,6 +2361,9 @@ def _auto_notes(spec: ModelSpec, setup: TrainSetup) -> list[str]:
             out.append(f"ds_config {key} \"auto\": dtype taken as {setup.dtype}")
         elif leaf == "train_micro_batch_size_per_gpu":
             out.append(f"ds_config {key} \"auto\": micro-batch {setup.micro_batch} (option or default)")
+        elif leaf == "gradient_accumulation_steps":
+            out.append(f"ds_config {key} \"auto\": {setup.grad_accum_steps} micro-batch(es) per step "
+                       f"(option or default)")
         elif leaf in hf:
             sizes.append(f"{leaf} (HF Trainer would set {hf[leaf]})")
         else:

@@ -134,13 +134,18 @@ def _batch_search(ctx: Context, d: _Draft, allow_ckpt: bool) -> bool:
             best = (m, c, w)
             break
     if ctx.spec is None:
-        # no model size: the conservative generic move
-        m, c = max(1, mb // 2), True
-        d.notes.append("model size unknown: micro-batch halved and checkpointing enabled without a prediction")
-        _set_batch(ctx, d, m, gas * mb // max(m, 1) if mb % max(m, 1) == 0 else gas * 2)
+        # no model size, so no prediction: the generic move, said as such
         if not ckpt:
             _set_ckpt(d)
-        return True
+        if s.get("micro_batch") is not None and mb > 1:
+            m = max(1, mb // 2)
+            _set_batch(ctx, d, m, gas * 2)
+        else:
+            d.notes.append("the micro-batch is not in the inputs: if checkpointing is not enough, halve "
+                           "per_device_train_batch_size and double gradient_accumulation_steps")
+        d.notes.append("model size unknown: no predicted peak (give the log with its parameter count, or run "
+                       "`oompost estimate`)")
+        return bool(d.changes)
     if best is None:
         w = what_if(ctx, "micro-batch 1 + checkpointing", micro_batch=1, grad_ckpt=True)
         d.notes.append("no micro-batch / checkpointing combination is predicted to fit"

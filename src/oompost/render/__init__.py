@@ -9,6 +9,7 @@ Markdown reports never disagree.  Jinja is imported lazily (DESIGN.md).
 from __future__ import annotations
 
 import functools
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import jinja2
 
     from ..classify.base import Finding, Fix, NotAFix
-    from ..report import OomSummary, Report
+    from ..report import OomSummary, Report, RerunView
 
 # Words shown next to the code.  The code stays the machine-readable name.
 CAUSE_TITLES: dict[str, str] = {
@@ -59,7 +60,9 @@ def gib(n: int | float | None) -> str:
 
 def clip(text: Any, limit: int) -> str:
     """One line, at most ``limit`` characters, with an ellipsis saying so."""
-    s = " ".join(str(text).split()) if "\n" in str(text) or "\r" in str(text) else str(text)
+    s = str(text)
+    if "\n" in s or "\r" in s:
+        s = " ".join(s.split())
     if len(s) <= limit:
         return s
     return s[: max(0, limit - 1)] + "…"
@@ -75,6 +78,16 @@ def fix_value(value: Any) -> str:
 
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
     return str(value)
+
+
+def env_lines(rerun: "RerunView") -> list[str]:
+    """The rerun's environment as shell lines: ``export K=V`` (values quoted when needed)."""
+    return [f"export {k}={shlex.quote(fix_value(v))}" for k, v in sorted(rerun.env.items())]
+
+
+def trainer_arg_words(rerun: "RerunView") -> list[str]:
+    """The rerun's trainer arguments as ``--key value`` words."""
+    return [f"--{k} {shlex.quote(fix_value(v))}" for k, v in rerun.trainer_args.items()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,21 +174,22 @@ def environment() -> "jinja2.Environment":
     env = jinja2.Environment(
         loader=loader,
         autoescape=jinja2.select_autoescape(enabled_extensions=("html", "html.j2", "svg"),
+                                            disabled_extensions=("md", "md.j2", "txt"),
                                             default_for_string=True, default=True),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters["bytes"] = fmt_bytes
-    env.filters["gib"] = gib
-    env.filters["clip"] = clip
-    env.filters["fixvalue"] = fix_value
-    env.globals["cause_title"] = cause_title
-    env.globals["ref_label"] = ref_label
+    from .markdown import md_cell, md_code, md_fence, md_text
+
+    env.filters.update(bytes=fmt_bytes, gib=gib, clip=clip, fixvalue=fix_value,
+                       md_text=md_text, md_cell=md_cell, md_code=md_code, md_fence=md_fence)
+    env.globals.update(cause_title=cause_title, ref_label=ref_label, fmt_bytes=fmt_bytes)
     return env
 
 
+@functools.cache
 def asset_source(name: str) -> str:
     """A file of ``oompost/templates`` read verbatim (our CSS/JS, never log text)."""
     env = environment()

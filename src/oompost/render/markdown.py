@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from . import (cause_title, clip, environment, fix_value, limit_label, not_fixes, oom_numbers, ranked_fixes,
-               ref_label, secondary_findings)
-from ..units import fmt_bytes
+from . import (cause_title, clip, env_lines, environment, limit_label, not_fixes, oom_numbers, ranked_fixes,
+               secondary_findings, trainer_arg_words)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..report import Report
@@ -96,9 +95,10 @@ class Budget:
     json_chars: int = 6000
     line: int = 400
     detail: int = 3000
+    evidence_line: int = 1200     # an OOM message is ~600 characters and is the proof: keep it whole
 
     def tight(self) -> "Budget":
-        return Budget(3, 10, 6, 8, 5, 12, 8, 8, 10, 8, 12, 5, 6, 2500, 200, 1200)
+        return Budget(3, 10, 6, 8, 5, 12, 8, 8, 10, 8, 12, 5, 6, 2500, 200, 1200, 400)
 
 
 def _shown(items: Any, n: int) -> tuple[list[Any], int]:
@@ -106,13 +106,19 @@ def _shown(items: Any, n: int) -> tuple[list[Any], int]:
     return items[:n], max(0, len(items) - n)
 
 
-def _json_block(value: Any, limit: int) -> str:
+def _json_block(value: Any, limit: int, line_limit: int = 300) -> str:
     text = orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SORT_KEYS,
                         default=str).decode()
-    if len(text) > limit:
-        cut = text[:limit].rsplit("\n", 1)[0]
-        text = cut + f"\n… {len(text) - len(cut)} more characters (see report.json)"
-    return md_fence(text, "json", line_limit=300, max_lines=400, max_chars=limit + 200)
+    lines = [clip(ln, line_limit) for ln in text.splitlines()]
+    kept, used = [], 0
+    for ln in lines:
+        if used + len(ln) > limit:
+            break
+        kept.append(ln)
+        used += len(ln) + 1
+    if len(kept) < len(lines):
+        kept.append(f"… {len(lines) - len(kept)} more line(s) (see report.json)")
+    return md_fence("\n".join(kept), "json", line_limit=line_limit + 60, max_lines=len(kept), max_chars=limit + 400)
 
 
 def _context(report: "Report", b: Budget) -> dict[str, Any]:
@@ -123,6 +129,10 @@ def _context(report: "Report", b: Budget) -> dict[str, Any]:
     fixes, fixes_more = _shown(ranked_fixes(report), b.fixes)
     nots, nots_more = _shown(not_fixes(report), b.not_fixes)
     ranks, ranks_more = _shown(report.ranks, b.ranks)
+    first = next((k for k in report.ranks if k.first), None)
+    if first is not None and first not in ranks:      # the first failing rank is always in the table
+        ranks.append(first)
+        ranks_more -= 1
     inputs, inputs_more = _shown(report.inputs, b.inputs)
     warnings, warnings_more = _shown(list(report.warnings), b.warnings)
     facts, facts_more = _shown(report.facts, b.facts)
@@ -130,13 +140,12 @@ def _context(report: "Report", b: Budget) -> dict[str, Any]:
     rr = report.rerun
     rerun: dict[str, Any] | None = None
     if rr is not None:
-        env, env_more = _shown(sorted(rr.env.items()), b.kv)
-        args, args_more = _shown(rr.trainer_args.items(), b.kv)
+        shell, env_more = _shown(env_lines(rr), b.kv)
+        args, args_more = _shown(trainer_arg_words(rr), b.kv)
         changes, changes_more = _shown(rr.changes, b.changes)
         notes, notes_more = _shown(list(rr.notes) + list(rr.validation_errors), b.notes)
-        shell = [f"export {k}={_shell_quote(fix_value(v))}" for k, v in env]
-        shell += ["# … %d more" % env_more] if env_more else []
-        arg_line = " ".join(f"--{k} {_shell_quote(fix_value(v))}" for k, v in args)
+        shell += [f"# … {env_more} more"] if env_more else []
+        arg_line = " ".join(args)
         rerun = {
             "view": rr, "diff": _json_block(rr.ds_config_diff, b.json_chars) if rr.ds_config_diff else "",
             "shell": md_fence("\n".join(shell), "sh", b.line) if shell else "",
@@ -144,8 +153,11 @@ def _context(report: "Report", b: Budget) -> dict[str, Any]:
             if args else "",
             "changes": changes, "changes_more": changes_more, "notes": notes, "notes_more": notes_more,
         }
+    from .. import __version__
+
     return {
         "r": report, "primary": primary, "title": cause_title(report.cause), "b": b,
+        "version": report.version or __version__,
         "evidence": evidence, "evidence_more": evidence_more, "numbers": numbers, "numbers_more": numbers_more,
         "secondary": secondary, "secondary_more": secondary_more, "fixes": fixes, "fixes_more": fixes_more,
         "nots": nots, "nots_more": nots_more, "ranks": ranks if len(report.ranks) > 1 else [],
@@ -155,24 +167,9 @@ def _context(report: "Report", b: Budget) -> dict[str, Any]:
     }
 
 
-_SAFE_SHELL = re.compile(r"^[\w@%+=:,./-]+$")
-
-
-def _shell_quote(s: str) -> str:
-    return s if _SAFE_SHELL.match(s) else "'" + s.replace("'", "'\"'\"'") + "'"
-
-
-def _env() -> Any:
-    env = environment()
-    if "md_text" not in env.filters:
-        env.filters.update(md_text=md_text, md_cell=md_cell, md_code=md_code, md_fence=md_fence)
-        env.globals.update(ref_label=ref_label, fmt_bytes=fmt_bytes)
-    return env
-
-
 def render_markdown(report: "Report") -> str:
     """The report as Markdown, first line ``<!-- oompost report -->``, under ``MAX_CHARS``."""
-    template = _env().get_template("report.md.j2")
+    template = environment().get_template("report.md.j2")
     budget = Budget()
     out = template.render(**_context(report, budget))
     if len(out) > MAX_CHARS:

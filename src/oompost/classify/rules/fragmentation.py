@@ -48,6 +48,9 @@ class Fragmentation:
                    (limit_label(ctx), b(ctx.limit_bytes))]
         if ru < R:
             signals.append(("no cached block can be that large (reserved-but-unallocated < request)", 0.05))
+        else:
+            signals.append((f"reserved-but-unallocated alone ({b(ru)}) exceeds the request, yet no cached block "
+                            "could serve it: the free memory is in pieces", 0.2))
         m = ctx.snapshot_metrics
         if m is not None and getattr(m, "free_max", None) is not None and getattr(m, "free_total", None):
             numbers += [("free in the request's pool (snapshot)", f"{b(m.free_total)} in {m.holes} holes"),

@@ -54,9 +54,10 @@ class NcclError:
                 v = w.value if isinstance(w.value, dict) else {}
                 numbers.append((f"rank {v.get('rank')} last enqueued / completed",
                                 f"{v.get('last_enqueued')} / {v.get('last_completed')}"))
-            fixes.append(Fix("code", "find the rank that did not reach the collective",
-                             "compare 'last enqueued work' across ranks; the lowest is the laggard",
-                             "a timeout on every rank means one rank is stuck elsewhere (data, a hang, a slow save)"))
+            fixes.insert(0, Fix("code", "find the rank that did not reach the collective",
+                                "compare 'last enqueued work' across ranks; the lowest is the laggard",
+                                "a timeout on every rank means one rank is stuck elsewhere (data, a hang, a slow "
+                                "save)"))
         elif sub == "nvls":
             fixes.insert(0, Fix("env", "NCCL_NVLS_ENABLE", "0", "NVLink SHARP resources could not be bound"))
         elif kind is FailureKind.NCCL_REMOTE:

@@ -34,6 +34,9 @@ class Unknown:
                 reasons.append("a ROCm (HIP) OOM: allocator details differ from CUDA's")
             if o.truncated:
                 reasons.append("the OOM message is truncated, so its numbers are missing")
+            if not frames and not o.truncated:
+                reasons.append("the OOM message comes without its traceback, so where the failing allocation "
+                               "sits (model states, activations, a buffer) is unknown")
             if o.kind.value == "other":
                 reasons.append(f"an allocator this version does not model ({o.message_format})")
         if not reasons:

@@ -1,0 +1,5 @@
+"""``python -m oompost`` → the CLI."""
+
+from .cli import main
+
+main()
