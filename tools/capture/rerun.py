@@ -39,10 +39,18 @@ NOT_RUNNABLE = {
 }
 
 
-def plan_for(report_rerun: dict, run_args: list[str]) -> list[str]:
+# Where a plan's HF-style argument means something else in a capture script.  In
+# train.py, --max_seq_length is the length of ordinary batches and the staged long
+# document has --long_batch_length tokens; "truncate sequences to N tokens" is that
+# document cut to N tokens.
+ARG_MAP = {"activation_spike_long_batch": {"max_seq_length": "long_batch_length"}}
+
+
+def plan_for(report_rerun: dict, run_args: list[str], scenario: str = "") -> list[str]:
     """The scenario's arguments with the plan's trainer_args applied."""
     args = list(run_args)
     for key, value in (report_rerun.get("trainer_args") or {}).items():
+        key = ARG_MAP.get(scenario, {}).get(key, key)
         flag = f"--{key}"
         if isinstance(value, bool):
             if flag in args:
@@ -74,7 +82,7 @@ def cmd_plan(out: str) -> int:
         if not rr or sc.name in NOT_RUNNABLE:
             continue
         run = sc.run
-        args = plan_for(rr, run.args)
+        args = plan_for(rr, run.args, sc.name)
         if sc.fragmentation_search:
             cap = json.loads((d / "capture.json").read_text())["fragmentation_search"]["chosen"]["cap_gib"]
             args += ["--memory_limit_gib", str(cap)]
@@ -86,13 +94,30 @@ def cmd_plan(out: str) -> int:
             "name": sc.name, "launcher": run.launcher, "script": run.script, "args": args,
             "env": {**run.env, **(rr.get("env") or {})},
             "ds_config": rr.get("ds_config") if run.ds_config is not None else None,
-            "gpu_gib": run.gpu_gib, "host_gib": run.host_gib + 16, "timeout": 420,
+            "gpu_gib": _budget_gib(args, rr), "host_gib": run.host_gib + 16, "timeout": 420,
             "plan": {k: rr.get(k) for k in ("ds_config", "ds_config_diff", "env", "trainer_args",
                                             "predicted_peak_bytes", "device_bytes", "global_batch_kept")},
         })
+    for sp in specs:                      # CPU Adam steps of offloaded runs want threads
+        if "offload" in json.dumps(sp["ds_config"] or {}):
+            sp["env"]["OMP_NUM_THREADS"] = "8"
+    # slowest first (CPU-offloaded optimizer steps), so a deadline cuts the quick ones
+    specs.sort(key=lambda sp: (0 if "offload" in json.dumps(sp["ds_config"] or {}) else 1, sp["name"]))
     Path(out).write_text(json.dumps(specs, indent=1))
     print(f"{len(specs)} rerun(s) written to {out}: {', '.join(s['name'] for s in specs)}")
     return 0
+
+
+def _budget_gib(args: list[str], rr: dict) -> float:
+    """GPU memory the rerun may take: its emulated card, its cap, or (uncapped) the plan's prediction."""
+    from cards import CARDS
+
+    if "--emulate_card" in args:
+        return CARDS[args[args.index("--emulate_card") + 1]] + 0.5
+    if "--memory_limit_gib" in args:
+        return float(args[args.index("--memory_limit_gib") + 1]) + 1
+    pred = rr.get("predicted_peak_bytes") or 40 * 2**30
+    return min(100.0, pred / 2**30 * 1.3 + 4)
 
 
 _STEP = re.compile(r"^step (\d+)/(\d+) ")

@@ -235,11 +235,12 @@ def scenarios() -> list[Scenario]:
 
     s.append(Scenario(
         "nccl_comm_oom_full_gpu",
-        "An RL rollout worker pre-allocates a KV-cache pool of mem_fraction_static=0.995 of the card, then the "
+        "An RL rollout worker pre-allocates a KV-cache pool of mem_fraction_static=0.999 of the card, then the "
         "lazily created NCCL communicator cannot allocate its buffers at the first weight broadcast.",
         {"cause": "comm_buffer", "sub_cause": None,
          "why": "NCCL 'Cuda failure out of memory' at communicator creation; PyTorch holds nearly the whole card"},
-        Run("torchrun", "rollout_worker.py", ["--mem_fraction_static", "0.995"], gpu_gib=139, host_gib=6,
+        # (0.995 left 715 MiB free: enough for NCCL's one-rank communicator, so that first capture completed)
+        Run("torchrun", "rollout_worker.py", ["--mem_fraction_static", "0.999"], gpu_gib=139, host_gib=6,
             capture=False, exclusive=True, timeout=180),
         counterfactuals=[
             ("mem_fraction_static=0.90", Run("torchrun", "rollout_worker.py", ["--mem_fraction_static", "0.90"],

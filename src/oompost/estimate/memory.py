@@ -1111,6 +1111,7 @@ class _CachingAllocator:
 
 # ------------------------------------------------------------ allocation program
 _STEPS = 2  # optimizer steps replayed: the layout (and max reserved) is settled by the end of step 2
+_MICRO_STEPS = 2  # micro-batches replayed per step: the 2nd is the first to accumulate; later ones repeat it
 
 
 @dataclass
@@ -1300,7 +1301,7 @@ class _Program:
         self.phase("initialize")
         self.init()
         startup = (self.al.peak_allocated, self.al.peak_reserved)
-        ga = max(1, self.setup.grad_accum_steps)
+        ga = min(max(1, self.setup.grad_accum_steps), _MICRO_STEPS)
         for step in range(1, _STEPS + 1):
             for micro in range(ga):
                 self.micro = micro
@@ -1936,7 +1937,7 @@ class _Program:
     # ---------------------------------------------------------------- gradients
     def grad(self, key: str, j: int, blk: _Block) -> None:
         """A parameter's gradient has been produced (its AccumulateGrad hook fires)."""
-        numel = blk.size // max(1, self.ge)
+        numel = self.modmap[key].tensors[j][0]
         if not self.ds:
             if self.micro > 0:
                 self.F(blk)       # accumulated into the existing .grad
@@ -2044,7 +2045,7 @@ class _Program:
                 # until the step frees them, so the bucket storage lives on
                 self.held_bufs += [b for b in self.bufs or () if b is not None]
             self.bufs = None
-            if getattr(self, "old_gip", None) is not None:
+            if self.old_gip is not None:
                 self.F(self.old_gip)
                 self.old_gip = None
             if not self.boundary and not self.off_opt and self.gip is not None:
@@ -2116,7 +2117,19 @@ def _saved_blocks(sv: Any) -> list[_Block | None]:
 
 
 def _simulate(spec: ModelSpec, setup: TrainSetup, device_bytes: int, cap: float | None = None) -> _SimResult:
-    return _Program(spec, setup, device_bytes, cap).run()
+    """The replay, memoised: the analysis pipeline and the rerun planner ask for the same set-up
+    several times.  The key includes CALIBRATION and the replay lengths, so changing them is seen."""
+    key = (spec, setup, int(device_bytes), cap, tuple(sorted(CALIBRATION.items())), _STEPS, _MICRO_STEPS)
+    hit = _SIM_CACHE.get(key)
+    if hit is None:
+        hit = _Program(spec, setup, device_bytes, cap).run()
+        if len(_SIM_CACHE) >= 256:
+            _SIM_CACHE.pop(next(iter(_SIM_CACHE)))
+        _SIM_CACHE[key] = hit
+    return hit
+
+
+_SIM_CACHE: dict[tuple[Any, ...], _SimResult] = {}
 
 
 # ---------------------------------------------------------------------- NCCL

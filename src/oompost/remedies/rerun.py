@@ -148,8 +148,10 @@ def _batch_search(ctx: Context, d: _Draft, allow_ckpt: bool) -> bool:
         return bool(d.changes)
     if best is None:
         w = what_if(ctx, "micro-batch 1 + checkpointing", micro_batch=1, grad_ckpt=True)
-        d.notes.append("no micro-batch / checkpointing combination is predicted to fit"
-                       + (f" (micro-batch 1 with checkpointing: {fmt_bytes(w.peak)})" if w else ""))
+        d.notes.append(f"no micro-batch / checkpointing combination fits {int(s.get('seq_len', 0) or 0):,}-token "
+                       "sequences" + (f" (micro-batch 1 with checkpointing: {fmt_bytes(w.peak)})" if w else ""))
+        if _seq_cap(ctx, d, mb, gas, ckpt):
+            return True
         if not ctx.setup.deepspeed or ctx.setup.offload_param != "none":
             return False
         return _capacity(ctx, d)
@@ -163,6 +165,30 @@ def _batch_search(ctx: Context, d: _Draft, allow_ckpt: bool) -> bool:
     if str(s.get("attn", "")) == "eager":
         d.alternatives.append("attn_implementation=sdpa would remove the s² attention scores as well")
     return True
+
+
+def _seq_cap(ctx: Context, d: _Draft, mb: int, gas: int, ckpt: bool) -> bool:
+    """Longest sequence cap (truncation) that fits, changing the batch as little as possible."""
+    seq = int(ctx.setup.get("seq_len", 0) or 0)
+    cap = seq // 2
+    while cap >= 256:
+        for m in _halvings(mb):
+            for c in ((ckpt, True) if not ckpt else (True,)):
+                w = what_if(ctx, f"max_seq_length {cap}", seq_len=cap, micro_batch=m, grad_ckpt=c)
+                if w is not None and fits(w, ctx.limit_bytes, MARGIN):
+                    if m != mb:
+                        _set_batch(ctx, d, m, gas * mb // m if mb % m == 0 else gas * -(-mb // m))
+                    if c and not ckpt:
+                        _set_ckpt(d)
+                    d.args["max_seq_length"] = cap
+                    d.changes.append(f"truncate sequences to {cap:,} tokens (the longest batch had {seq:,})")
+                    d.alternatives.append("keep the long sequences with a chunked cross-entropy (e.g. Liger's fused "
+                                          "linear cross-entropy): the fp32 loss over the vocabulary is what needs "
+                                          "the memory")
+                    d.estimate = w
+                    return True
+        cap //= 2
+    return False
 
 
 def _buckets(ctx: Context, d: _Draft) -> bool:
