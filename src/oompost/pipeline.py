@@ -38,6 +38,9 @@ def analyze(paths: str | Iterable[str], ds_config: str | None = None) -> Report:
     """Analyse crash artifacts (logs, snapshot pickles, directories holding them)."""
     if isinstance(paths, str):
         paths = [paths]
+    from .dsconfig.validate import prefetch
+
+    prefetch()                     # DeepSpeed's import overlaps the parsing (used to validate a rerun config)
     ev = parse_paths(list(paths), ds_config=ds_config)
     usable = [i for i in ev.inputs if i.kind is not InputKind.UNKNOWN and not (
         i.kind is InputKind.SNAPSHOT and not ev.snapshots)]

@@ -433,3 +433,88 @@ def _delete_path(cfg: dict[str, Any], path: list[str]) -> bool:
         del node[path[-1]]
         return True
     return False
+
+
+# ------------------------------------------------------------ background import
+
+class _Prefetched:
+    """A forked helper process that imports DeepSpeed while the caller does other
+    work (importing it costs ~3 s of CPU, most of an analysis of a big log), then
+    answers ``validate_with_deepspeed`` requests over a pipe.  Any failure of the
+    helper falls back to validating in-process."""
+
+    def __init__(self) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("fork")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self.proc.start()
+        child.close()
+
+    def validate(self, cfg: dict[str, Any], world_size: int | None, hf_auto: bool) -> ValidationOutcome | None:
+        try:
+            self.conn.send((cfg, world_size, hf_auto))
+            if not self.conn.poll(120):
+                return None
+            out = self.conn.recv()
+        except (OSError, EOFError, BrokenPipeError):
+            return None
+        return out if isinstance(out, ValidationOutcome) else None
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, BrokenPipeError):
+            pass
+        self.proc.join(timeout=2)
+        if self.proc.is_alive():
+            self.proc.terminate()
+
+
+def _serve(conn: Any) -> None:
+    load_deepspeed()
+    while True:
+        try:
+            req = conn.recv()
+        except (EOFError, OSError):
+            return
+        if req is None:
+            return
+        cfg, ws, hf = req
+        try:
+            conn.send(validate_with_deepspeed(cfg, ws, hf_auto=hf))
+        except Exception as e:  # never leave the caller waiting
+            conn.send(repr(e))
+
+
+_PREFETCHED: _Prefetched | None = None
+
+
+def prefetch() -> None:
+    """Start importing DeepSpeed in a helper process (no-op if already imported,
+    if DeepSpeed is absent, or if fork is unavailable)."""
+    global _PREFETCHED
+    if _DS is not None or _PREFETCHED is not None:
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        return
+    try:
+        _PREFETCHED = _Prefetched()
+    except (OSError, ValueError):
+        _PREFETCHED = None
+
+
+def validate_prefetched(cfg: dict[str, Any], world_size: int | None = None, *,
+                        hf_auto: bool = False) -> ValidationOutcome:
+    """``validate_with_deepspeed`` through the prefetching helper when there is one."""
+    global _PREFETCHED
+    if _PREFETCHED is not None:
+        out = _PREFETCHED.validate(cfg, world_size, hf_auto)
+        if out is not None:
+            return out
+        _PREFETCHED.close()
+        _PREFETCHED = None
+    return validate_with_deepspeed(cfg, world_size, hf_auto=hf_auto)

@@ -173,7 +173,7 @@ def _seq_cap(ctx: Context, d: _Draft, mb: int, gas: int, ckpt: bool) -> bool:
     cap = seq // 2
     while cap >= 256:
         for m in _halvings(mb):
-            for c in ((ckpt, True) if not ckpt else (True,)):
+            for c in (True,):
                 w = what_if(ctx, f"max_seq_length {cap}", seq_len=cap, micro_batch=m, grad_ckpt=c)
                 if w is not None and fits(w, ctx.limit_bytes, MARGIN):
                     if m != mb:
@@ -437,9 +437,9 @@ def _finish(ctx: Context, d: _Draft) -> RerunPlan:
     errors: tuple[str, ...] = ()
     if d.cfg is not None:
         try:
-            from ..dsconfig.validate import validate_with_deepspeed
+            from ..dsconfig.validate import validate_prefetched
 
-            out = validate_with_deepspeed(d.cfg, int(ctx.setup.get("world_size", 1) or 1), hf_auto=True)
+            out = validate_prefetched(d.cfg, int(ctx.setup.get("world_size", 1) or 1), hf_auto=True)
             if out.available:
                 validated = out.passed
                 errors = tuple(out.errors)

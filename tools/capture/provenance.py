@@ -1,0 +1,99 @@
+#!/usr/bin/env python
+"""Write sample_logs/README.md (the provenance table) from each scenario's
+capture.json and expected.json.
+
+    python tools/capture/provenance.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+SAMPLES = REPO / "sample_logs"
+
+
+def _gib(n: float | None) -> str:
+    return f"{n / 2**30:.2f} GiB" if n else "—"
+
+
+def _cap(c: dict) -> str:
+    args = (c.get("run") or {}).get("args") or []
+    if "--emulate_card" in args:
+        return args[args.index("--emulate_card") + 1]
+    if "--memory_limit_gib" in args:
+        return f"{args[args.index('--memory_limit_gib') + 1]} GiB cap"
+    fs = c.get("fragmentation_search", {}).get("chosen")
+    if fs:
+        return f"{fs['cap_gib']} GiB cap"
+    return "whole H200"
+
+
+def main() -> int:
+    rows = []
+    env = None
+    for d in sorted(p for p in SAMPLES.iterdir() if (p / "capture.json").exists()):
+        c = json.loads((d / "capture.json").read_text())
+        e = json.loads((d / "expected.json").read_text())
+        env = env or c.get("environment")
+        proof = "; ".join(f"{cf.get('setting')}: {cf.get('outcome')}" for cf in c.get("counterfactuals", []))
+        rv = c.get("rerun_validation") or {}
+        if rv.get("outcome") == "completed":
+            rerun = f"completed {rv['steps_completed']} steps"
+        elif rv.get("outcome") == "not run":
+            rerun = "not run: " + rv["reason"]
+        else:
+            rerun = "no config fix (code change)"
+        files = ", ".join(sorted(p.name for p in d.iterdir() if p.name not in ("capture.json", "expected.json")))
+        rows.append(f"| `{d.name}` | {c['description']} | {c.get('launcher', '')} | {_cap(c)} | "
+                    f"**{e['cause']}** | {proof or '—'} | {rerun} | {files} |")
+    text = f"""# sample_logs: real crash artifacts
+
+Every file here was produced by a real run on the GPU machine by
+`tools/capture/run.py` (the scenarios are defined in `tools/capture/scenarios.py`,
+the training programs are `tools/capture/train.py`, `hf_trainer.py`,
+`rollout_worker.py` and `straggler.py`).  Logs are the processes' combined
+stdout/stderr as a terminal would show them; nothing in them was edited.
+Snapshots were dumped by `oompost.record` inside PyTorch's OOM observer and
+gzipped.  `capture.json` holds the provenance of each scenario (command, env,
+memory cap, versions, exit code, the counterfactual runs that prove the cause
+and the validation of oompost's rerun plan); `expected.json` the verdict the
+capture was built to produce.  oompost never reads either as evidence.
+
+Environment: {env.get('nvidia_smi') if env else '?'}; torch {env.get('torch') if env else '?'}, CUDA
+{env.get('cuda') if env else '?'}, NCCL {env.get('nccl') if env else '?'}, transformers
+{env.get('transformers') if env else '?'}, DeepSpeed {env.get('deepspeed') if env else '?'}, accelerate
+{env.get('accelerate') if env else '?'}, peft {env.get('peft') if env else '?'}, Python {env.get('python') if env else '?'}.
+
+Cards are emulated on the H200 with `torch.cuda.set_per_process_memory_fraction`
+set to the card's reported total minus 0.5 GiB of CUDA context (rtx3090: 23.69
+GiB → 23.19 GiB allowed; a100-40g: 39.39 → 38.89).  The OOM messages therefore
+show the H200's 139.80 GiB capacity plus an "allowed" figure.  Where NCCL must
+run out, the card is filled for real.  Under a fraction cap NVML still reports
+the H200's free memory, which changes one DeepSpeed decision: 0.19.8 flattens
+the 16-bit parameter groups on the GPU when NVML reports enough free memory
+(on a real 24 GB card it would flatten on the CPU); the 7B capture is
+faithful to DeepSpeed under a cap, which is also how the seed thread's 27 GB
+start-up peak was measured.
+
+To regenerate (about 9 minutes of one H200, in three calls):
+
+    ../shared/tools/device-wheels.sh .whl                      # DeepSpeed + pydantic wheels for the GPU machine
+    python3 tools/capture/run.py --out OUT --scenarios         # on the GPU machine (PYTHONPATH with the wheels)
+    python3 tools/capture/run.py --out OUT --matrix            # the estimator accuracy matrix
+    python3 tools/capture/collect.py OUT --matrix docs/estimator/measurements.json
+    python3 tools/capture/rerun.py plan -o tools/capture/reruns.json
+    python3 tools/capture/run.py --out OUT --reruns tools/capture/reruns.json   # GPU machine
+    python3 tools/capture/rerun.py merge OUT && python3 tools/capture/provenance.py
+
+| scenario | what happened | launcher | memory | cause | proof (counterfactual runs) | oompost's rerun plan, run under the same cap | files |
+|---|---|---|---|---|---|---|---|
+""" + "\n".join(rows) + "\n"
+    (SAMPLES / "README.md").write_text(text)
+    print(f"wrote {SAMPLES / 'README.md'} ({len(rows)} scenarios)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
