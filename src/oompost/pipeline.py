@@ -136,7 +136,7 @@ def _plan_words(r: RerunPlan) -> list[str]:
     leaves({k: v for k, v in r.ds_config_diff.items()
             if not (k == "train_micro_batch_size_per_gpu" and "per_device_train_batch_size" in seen_args)
             and not (k == "gradient_accumulation_steps" and k in seen_args)})
-    return out + removed
+    return out or removed          # removed keys are only worth the sentence when nothing else changed
 
 
 def _oom(ctx: Context) -> OomSummary | None:
