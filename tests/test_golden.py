@@ -60,7 +60,6 @@ def test_fragmentation_is_proven_by_the_replay_and_fixed_by_expandable_segments(
     r = reports["fragmentation_dynamic_padding"]
     exp = [c for c in r.counterfactuals if c.setting == "expandable_segments:True"]
     assert exp and not exp[0].oom
-    base = [c for c in r.counterfactuals if c.setting.startswith("(") or c.setting == ""]
     assert r.rerun is not None and r.rerun.env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert r.oom.limit_source == "allowed"
     assert r.segments, "a segment map is shown when fragmentation is the verdict"

@@ -20,21 +20,6 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 INF = float("inf")
 
 
-@pytest.fixture(scope="module")
-def native() -> Snapshot:
-    return load_snapshot(str(DATA / "torch2.11_native_fragmentation_oom_observer.pickle.gz"))
-
-
-@pytest.fixture(scope="module")
-def exp_obs() -> Snapshot:
-    return load_snapshot(str(DATA / "torch2.11_expandable_capacity_oom_observer.pickle.gz"))
-
-
-@pytest.fixture(scope="module")
-def exp_after() -> Snapshot:
-    return load_snapshot(str(DATA / "torch2.11_expandable_capacity_after_exception.pickle.gz"))
-
-
 def seg_events(r) -> list[tuple[str, int]]:
     return [(e.action, e.size) for e in r.segment_events]
 

@@ -24,21 +24,6 @@ MiB = 1 << 20
 GiB = 1 << 30
 
 
-@pytest.fixture(scope="module")
-def native() -> Snapshot:
-    return load_snapshot(str(DATA / "torch2.11_native_fragmentation_oom_observer.pickle.gz"))
-
-
-@pytest.fixture(scope="module")
-def exp_obs() -> Snapshot:
-    return load_snapshot(str(DATA / "torch2.11_expandable_capacity_oom_observer.pickle.gz"))
-
-
-@pytest.fixture(scope="module")
-def exp_after() -> Snapshot:
-    return load_snapshot(str(DATA / "torch2.11_expandable_capacity_after_exception.pickle.gz"))
-
-
 # ------------------------------------------------------------ fragmentation
 
 

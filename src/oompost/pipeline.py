@@ -17,7 +17,7 @@ from .errors import InputError
 from .model import Evidence, InputKind
 from .parsers import parse_paths
 from .remedies.rerun import RerunPlan, plan
-from .report import (CounterfactualView, OomSummary, RankView, Report, RerunView, SegmentBlockView, SegmentView,
+from .report import (CounterfactualView, OomSummary, RankView, Report, SegmentBlockView, SegmentView,
                      SeriesPoint, StackView)
 from .units import fmt_bytes
 
@@ -71,7 +71,7 @@ def _report(ctx: Context, findings: tuple[Finding, ...], rerun: RerunPlan | None
         summary=_summary(ctx, primary, rerun), findings=findings, oom=_oom(ctx),
         ranks=tuple(RankView(r.rank, r.failed, r.first, r.peak_bytes, r.exitcode, r.cause_hint, r.first_failure_line)
                     for r in ctx.ranks),
-        rerun=_rerun(rerun), counterfactuals=_counterfactuals(ctx), inputs=ctx.evidence.inputs,
+        rerun=rerun, counterfactuals=_counterfactuals(ctx), inputs=ctx.evidence.inputs,
         timeline=timeline, timeline_source=source, timeline_unit=unit, top_stacks=_stacks(ctx),
         segments=_segments(ctx) if show_segments else (), estimate=_estimate(ctx), facts=_facts(ctx),
         warnings=tuple(f"{w.source}:{w.line or ''} {w.message}" for w in ctx.evidence.warnings) + ctx.notes,
@@ -155,14 +155,6 @@ def _oom(ctx: Context) -> OomSummary | None:
         reserved_unallocated_bytes=o.reserved_unallocated_bytes, process_in_use_bytes=o.process_in_use_bytes,
         kind=o.kind.value, limit_source=ctx.limit_source, message_format=o.message_format, exception=o.exception,
         ref=o.ref, phase=ctx.phase.phase.value, location=ctx.location, other_processes_bytes=others)
-
-
-def _rerun(r: RerunPlan | None) -> RerunView | None:
-    if r is None:
-        return None
-    return RerunView(r.ds_config, r.ds_config_diff, r.env, r.trainer_args, r.predicted_peak_bytes, r.device_bytes,
-                     r.changes, r.fits, r.host_bytes, r.global_batch_kept, r.validated_by_deepspeed,
-                     r.validation_errors, r.notes, r.alternatives, r.breakdown)
 
 
 def _counterfactuals(ctx: Context) -> tuple[CounterfactualView, ...]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from .classify.base import Finding
 from .model import InputInfo, SourceRef
+from .remedies.rerun import RerunPlan
 
 SCHEMA = "oompost.report/1"
 
@@ -69,34 +70,8 @@ class RankView:
                 "source": self.line.to_json() if self.line else None}
 
 
-@dataclass(frozen=True, slots=True)
-class RerunView:
-    """DESIGN.md's ``rerun`` object plus what a person needs to trust it."""
-
-    ds_config: dict[str, Any] | None
-    ds_config_diff: dict[str, Any]
-    env: dict[str, str]
-    trainer_args: dict[str, Any]
-    predicted_peak_bytes: int | None
-    device_bytes: int | None
-    changes: tuple[str, ...] = ()
-    fits: bool | None = None
-    host_bytes: int | None = None
-    global_batch_kept: float | None = None
-    validated_by_deepspeed: bool | None = None
-    validation_errors: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    alternatives: tuple[str, ...] = ()
-    breakdown: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"ds_config": self.ds_config, "ds_config_diff": self.ds_config_diff, "env": self.env,
-                "trainer_args": self.trainer_args, "predicted_peak_bytes": self.predicted_peak_bytes,
-                "device_bytes": self.device_bytes, "changes": list(self.changes), "fits": self.fits,
-                "host_bytes": self.host_bytes, "global_batch_kept": self.global_batch_kept,
-                "validated_by_deepspeed": self.validated_by_deepspeed,
-                "validation_errors": list(self.validation_errors), "notes": list(self.notes),
-                "alternatives": list(self.alternatives), "breakdown": dict(self.breakdown)}
+# The rerun plan is the remedies' own record (one definition, read as-is by renderers).
+RerunView = RerunPlan
 
 
 @dataclass(frozen=True, slots=True)

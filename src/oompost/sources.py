@@ -253,52 +253,6 @@ def strip_prefixes(raw: str, *, host_prefixes: bool = False) -> tuple[str, int |
 _MIDLINE_RANK_RE = re.compile(r"\[rank(\d+)\]:")
 
 
-def iter_lines(path: str | os.PathLike[str], *, host_prefixes: bool = False) -> Iterator[LogLine]:
-    """Stream a text file as LogLines; never loads the whole file.
-
-    Carriage returns (tqdm progress) split a physical line into several logical
-    ones that share its line number."""
-    f = open_binary(path)
-    try:
-        stream = io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline="")
-        lineno = 0
-        try:
-            for physical in stream:
-                lineno += 1
-                physical = physical.rstrip("\n")
-                parts = physical.split("\r") if "\r" in physical else (physical,)
-                for part in parts:
-                    if not part:
-                        continue
-                    if len(part) > MAX_LINE_CHARS:
-                        part = part[:MAX_LINE_CHARS]
-                    if "[rank" in part and not part.startswith("[rank"):
-                        m = _MIDLINE_RANK_RE.search(part)
-                        if m:
-                            part = part[m.start():]
-                    text, rank, local, host = strip_prefixes(part, host_prefixes=host_prefixes)
-                    yield LogLine(lineno, text, part, rank, local, host)
-        except (OSError, EOFError) as e:
-            raise TruncatedInput(lineno, str(e)) from None
-    finally:
-        f.close()
-
-
-def iter_raw_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:
-    """(line number, bytes without the newline), streamed in large blocks."""
-    f = open_binary(path)
-    try:
-        lineno = 0
-        try:
-            for raw in f:
-                lineno += 1
-                yield lineno, raw.rstrip(b"\r\n")
-        except (OSError, EOFError) as e:
-            raise TruncatedInput(lineno, str(e)) from None
-    finally:
-        f.close()
-
-
 class LineScanner:
     """Streams a (possibly gzipped) file in large blocks and yields only the
     lines that contain a sentinel — found with ``bytes.find`` over the whole

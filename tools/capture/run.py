@@ -276,51 +276,40 @@ def fragmentation_search(sc: Scenario, out: str, budget: Budget, deadline: float
     return None, search, None, None
 
 
-def run_matrix(out: str, budget: Budget, deadline: float, env_info: dict, only: set[str] | None) -> None:
+def run_batch(runs: list[tuple[str, Run, dict]], out: str, sub: str, budget: Budget, deadline: float,
+              env_info: dict, tail_lines: int) -> None:
+    """Run independent jobs in parallel (within the budget); write <sub>/results.json."""
     threads = []
     results: dict[str, Any] = {}
-    for name, run in matrix():
-        if only and name not in only:
-            continue
-        d = os.path.join(out, "matrix", name)
+    for name, run, extra in runs:
+        d = os.path.join(out, sub, name)
 
-        def go(name=name, run=run, d=d):
+        def go(name=name, run=run, d=d, extra=extra):
             rec = execute(run, d, budget, deadline)
-            rec["log_tail"] = tail(os.path.join(d, "run.log"), 4)
-            rec["ds_config"] = run.ds_config
-            rec["args"] = run.args
-            results[name] = rec
+            rec["log_tail"] = tail(os.path.join(d, "run.log"), tail_lines)
+            results[name] = {**rec, **extra}
         t = threading.Thread(target=go)
         t.start()
         threads.append(t)
         time.sleep(0.2)
     for t in threads:
         t.join()
-    write_json(os.path.join(out, "matrix", "results.json"), {"environment": env_info, "runs": results})
+    write_json(os.path.join(out, sub, "results.json"), {"environment": env_info, "runs": results})
+
+
+def run_matrix(out: str, budget: Budget, deadline: float, env_info: dict, only: set[str] | None) -> None:
+    runs = [(name, run, {"ds_config": run.ds_config, "args": run.args}) for name, run in matrix()
+            if not only or name in only]
+    run_batch(runs, out, "matrix", budget, deadline, env_info, 4)
 
 
 def run_reruns(spec_path: str, out: str, budget: Budget, deadline: float, env_info: dict) -> None:
     """Each entry: {name, launcher, script, args, env, ds_config, gpu_gib, host_gib, timeout}."""
-    specs = json.load(open(spec_path))
-    results: dict[str, Any] = {}
-    threads = []
-    for spec in specs:
-        run = Run(spec["launcher"], spec["script"], spec.get("args", []), spec.get("env", {}),
-                  spec.get("ds_config"), spec.get("gpu_gib", 24), spec.get("host_gib", 8),
-                  spec.get("timeout", 300), capture=False, exclusive=spec.get("exclusive", False))
-        d = os.path.join(out, "reruns", spec["name"])
-
-        def go(spec=spec, run=run, d=d):
-            rec = execute(run, d, budget, deadline)
-            rec["log_tail"] = tail(os.path.join(d, "run.log"), 6)
-            results[spec["name"]] = rec
-        t = threading.Thread(target=go)
-        t.start()
-        threads.append(t)
-        time.sleep(0.2)
-    for t in threads:
-        t.join()
-    write_json(os.path.join(out, "reruns", "results.json"), {"environment": env_info, "runs": results})
+    runs = [(spec["name"], Run(spec["launcher"], spec["script"], spec.get("args", []), spec.get("env", {}),
+                               spec.get("ds_config"), spec.get("gpu_gib", 24), spec.get("host_gib", 8),
+                               spec.get("timeout", 300), capture=False, exclusive=spec.get("exclusive", False)), {})
+            for spec in json.load(open(spec_path))]
+    run_batch(runs, out, "reruns", budget, deadline, env_info, 6)
 
 
 def pack(out: str, dest: str, bin_bytes: int = 15 * 2**20, max_files: int = 8) -> None:

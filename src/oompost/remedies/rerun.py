@@ -44,6 +44,16 @@ class RerunPlan:
     alternatives: tuple[str, ...] = ()
     breakdown: dict[str, int] = field(default_factory=dict)
 
+    def to_json(self) -> dict[str, Any]:
+        """DESIGN.md's ``rerun`` object plus what a person needs to trust it."""
+        return {"ds_config": self.ds_config, "ds_config_diff": self.ds_config_diff, "env": self.env,
+                "trainer_args": self.trainer_args, "predicted_peak_bytes": self.predicted_peak_bytes,
+                "device_bytes": self.device_bytes, "changes": list(self.changes), "fits": self.fits,
+                "host_bytes": self.host_bytes, "global_batch_kept": self.global_batch_kept,
+                "validated_by_deepspeed": self.validated_by_deepspeed,
+                "validation_errors": list(self.validation_errors), "notes": list(self.notes),
+                "alternatives": list(self.alternatives), "breakdown": dict(self.breakdown)}
+
 
 @dataclass
 class _Draft:
