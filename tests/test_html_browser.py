@@ -37,6 +37,8 @@ def _skip_reason() -> str | None:
 @pytest.fixture(scope="module")
 def playwright():
     reason = _skip_reason()
+    if reason and os.environ.get("OOMPOST_REQUIRE_BROWSER"):
+        pytest.fail(f"headless Chromium is required here (.ci/run sets OOMPOST_REQUIRE_BROWSER): {reason}")
     if reason:
         pytest.skip(reason)
     with sync_playwright() as p:
@@ -169,3 +171,23 @@ def test_page_reads_without_javascript(playwright, tmp_path):
         assert page.locator("#stacks ol.frames").first.is_visible()
     finally:
         ctx.close()
+
+
+@pytest.mark.parametrize("scenario", ["fragmentation_dynamic_padding", "capacity_zero2_offload_7b_3090",
+                                      "nccl_watchdog_timeout"])
+def test_real_capture_reports_in_the_browser(browser_context, tmp_path, scenario):
+    """The reports of real captures (the full pipeline, not hand-built views) open offline
+    without script errors and show their verdict."""
+    import oompost
+
+    samples = Path(__file__).parent.parent / "sample_logs"
+    report = oompost.analyze([str(samples / scenario)])
+    path = _write(tmp_path, f"{scenario}.html", report)
+    page, errors, left = _open(browser_context, path, 1280)
+    assert page.locator("#verdict-title").is_visible()
+    assert page.evaluate("JSON.parse(document.getElementById('oompost-data').textContent).cause") == report.cause
+    if report.oom is not None:
+        assert page.locator("svg.oombar-svg").is_visible()
+    page.screenshot(path=str(_artifacts() / f"real-{scenario}.png"))
+    page.close()
+    assert errors == [] and left == []

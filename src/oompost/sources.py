@@ -296,7 +296,8 @@ class LineScanner:
                 return None
             import multiprocessing as mp
 
-            ctx = mp.get_context("fork")
+            # spawn, not fork: the caller may be multi-threaded (a library user, a test runner)
+            ctx = mp.get_context("spawn")
         except (OSError, ValueError, AttributeError):
             return None
         parent, child = ctx.Pipe(duplex=False)

@@ -438,7 +438,7 @@ def _delete_path(cfg: dict[str, Any], path: list[str]) -> bool:
 # ------------------------------------------------------------ background import
 
 class _Prefetched:
-    """A forked helper process that imports DeepSpeed while the caller does other
+    """A helper process that imports DeepSpeed while the caller does other
     work (importing it costs ~3 s of CPU, most of an analysis of a big log), then
     answers ``validate_with_deepspeed`` requests over a pipe.  Any failure of the
     helper falls back to validating in-process."""
@@ -446,7 +446,7 @@ class _Prefetched:
     def __init__(self) -> None:
         import multiprocessing as mp
 
-        ctx = mp.get_context("fork")
+        ctx = mp.get_context("spawn")         # fork is unsafe in a multi-threaded caller
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_serve, args=(child,), daemon=True)
         self.proc.start()
@@ -493,7 +493,7 @@ _PREFETCHED: _Prefetched | None = None
 
 def prefetch() -> None:
     """Start importing DeepSpeed in a helper process (no-op if already imported,
-    if DeepSpeed is absent, or if fork is unavailable)."""
+    if DeepSpeed is absent, or if a process cannot be started)."""
     global _PREFETCHED
     if _DS is not None or _PREFETCHED is not None:
         return

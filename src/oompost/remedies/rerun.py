@@ -453,6 +453,9 @@ def _finish(ctx: Context, d: _Draft) -> RerunPlan:
             if out.available:
                 validated = out.passed
                 errors = tuple(out.errors)
+                run_v = ctx.setup.deepspeed_version
+                if run_v and out.version and run_v.split("+")[0] != out.version.split("+")[0]:
+                    d.notes.append(f"validated with the installed DeepSpeed {out.version}; the run used {run_v}")
         except Exception as e:  # validation is a check on our output, never a reason to fail
             errors = (f"validation unavailable: {type(e).__name__}",)
     est = d.estimate.estimate if d.estimate is not None else None
