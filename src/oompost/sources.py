@@ -290,21 +290,28 @@ class LineScanner:
             if worker is not None:
                 worker.close()
 
-    def _start_worker(self):  # type: ignore[no-untyped-def]
+    def _start_worker(self) -> "_Worker | None":
+        """A child process (``python -m oompost.sources``: no fork, no multiprocessing
+        main-module re-import) that computes each block's candidates."""
         try:
             if os.path.getsize(self.path) < self.PARALLEL_MIN_BYTES:
                 return None
-            import multiprocessing as mp
-
-            # spawn, not fork: the caller may be multi-threaded (a library user, a test runner)
-            ctx = mp.get_context("spawn")
-        except (OSError, ValueError, AttributeError):
+        except OSError:
             return None
-        parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_candidate_worker, args=(self.path, self.sentinels, child), daemon=True)
-        proc.start()
-        child.close()
-        return _Worker(parent, proc)
+        import subprocess
+        import sys
+
+        spec = orjson.dumps({"path": os.fspath(self.path),
+                             "sentinels": [[k.decode("latin-1"), v] for k, v in self.sentinels.items()]})
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "oompost.sources", "--candidates"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            assert proc.stdin is not None
+            proc.stdin.write(spec)
+            proc.stdin.close()
+        except OSError:
+            return None
+        return _Worker(proc)
 
     def _block(self, block: bytes, base: int, masks: dict[int, int]) -> Iterator[tuple[int, bytes, bytes, int]]:
         starts = sorted(masks)
@@ -332,20 +339,32 @@ class LineScanner:
 
 
 class _Worker:
-    def __init__(self, conn, proc) -> None:  # type: ignore[no-untyped-def]
-        self.conn, self.proc = conn, proc
+    """Reads the candidate worker's output: per block, a uint32 count then
+    count (offset, mask) uint32 pairs.  A worker that dies yields an error."""
+
+    def __init__(self, proc) -> None:  # type: ignore[no-untyped-def]
+        self.proc = proc
+
+    def _read(self, n: int) -> bytes:
+        data = self.proc.stdout.read(n)
+        if len(data) != n:
+            raise InputError(f"the line scanner's helper process stopped (exit {self.proc.poll()})")
+        return data
 
     def recv(self) -> dict[int, int]:
-        msg = self.conn.recv()
-        if isinstance(msg, BaseException):
-            raise msg
-        return msg
+        from array import array
+
+        (count,) = array("I", self._read(4))
+        pairs = array("I")
+        pairs.frombytes(self._read(8 * count))
+        return dict(zip(pairs[0::2], pairs[1::2]))
 
     def close(self) -> None:
-        self.conn.close()
-        if self.proc.is_alive():
-            self.proc.terminate()
-        self.proc.join(timeout=5)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 def _merged_sentinels(groups: list[tuple[str, ...]]) -> dict[bytes, int]:
@@ -406,17 +425,24 @@ def _candidates(block: bytes, sentinels: dict[bytes, int]) -> dict[int, int]:
     return hits
 
 
-def _candidate_worker(path, sentinels, conn) -> None:  # type: ignore[no-untyped-def]
-    try:
-        for block, cands in _blocks(path, sentinels):
-            conn.send(cands)
-    except BaseException as e:  # report, never hang the reader
-        try:
-            conn.send(e)
-        except Exception:
-            pass
-    finally:
-        conn.close()
+def _candidate_worker_main() -> int:
+    """``python -m oompost.sources --candidates``: read {path, sentinels} as JSON on
+    stdin, write each block's candidates to stdout (see ``_Worker``)."""
+    import sys
+    from array import array
+
+    spec = orjson.loads(sys.stdin.buffer.read())
+    sentinels = {k.encode("latin-1"): int(v) for k, v in spec["sentinels"]}
+    out = sys.stdout.buffer
+    for _, cands in _blocks(spec["path"], sentinels):
+        pairs = array("I")
+        for start in sorted(cands):
+            pairs.append(start)
+            pairs.append(cands[start])
+        out.write(array("I", [len(cands)]).tobytes())
+        out.write(pairs.tobytes())
+    out.flush()
+    return 0
 
 
 def decode_line(lineno: int, raw: bytes, *, host_prefixes: bool = False, prev: bytes = b"") -> list[LogLine]:
@@ -448,3 +474,10 @@ class TruncatedInput(Exception):
         super().__init__(reason)
         self.lineno = lineno
         self.reason = reason
+
+
+if __name__ == "__main__":  # the line scanner's helper process
+    import sys
+
+    if sys.argv[1:] == ["--candidates"]:
+        raise SystemExit(_candidate_worker_main())

@@ -144,6 +144,7 @@ def make_train_setup(setup: RunSetup, **overrides: Any) -> TrainSetup:
         "micro_batch": int(setup.get("micro_batch", 1) or 1), "seq_len": int(setup.get("seq_len", 1024) or 1024),
         "grad_ckpt": bool(setup.get("grad_ckpt", False)), "attn": attn,
         "lora_rank": setup.get("lora_r"), "deepspeed": setup.deepspeed,
+        "grad_accum_steps": int(setup.get("grad_accum", 1) or 1),
     }
     base.update(overrides)
     if setup.ds_config:

@@ -438,54 +438,62 @@ def _delete_path(cfg: dict[str, Any], path: list[str]) -> bool:
 # ------------------------------------------------------------ background import
 
 class _Prefetched:
-    """A helper process that imports DeepSpeed while the caller does other
-    work (importing it costs ~3 s of CPU, most of an analysis of a big log), then
-    answers ``validate_with_deepspeed`` requests over a pipe.  Any failure of the
-    helper falls back to validating in-process."""
+    """A helper process (``python -m oompost.dsconfig.validate --serve``) that
+    imports DeepSpeed while the caller does other work (the import costs ~3 s of
+    CPU, most of an analysis of a big log), then answers validation requests as
+    JSON lines.  Any failure of the helper falls back to validating in-process."""
 
     def __init__(self) -> None:
-        import multiprocessing as mp
+        import subprocess
+        import sys
 
-        ctx = mp.get_context("spawn")         # fork is unsafe in a multi-threaded caller
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child,), daemon=True)
-        self.proc.start()
-        child.close()
+        self.proc = subprocess.Popen([sys.executable, "-m", "oompost.dsconfig.validate", "--serve"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
     def validate(self, cfg: dict[str, Any], world_size: int | None, hf_auto: bool) -> ValidationOutcome | None:
+        import json
+
         try:
-            self.conn.send((cfg, world_size, hf_auto))
-            if not self.conn.poll(120):
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            self.proc.stdin.write((json.dumps({"cfg": cfg, "ws": world_size, "hf": hf_auto}) + "\n").encode())
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+            if not line:
                 return None
-            out = self.conn.recv()
-        except (OSError, EOFError, BrokenPipeError):
+            d = json.loads(line)
+        except (OSError, ValueError, AssertionError):
             return None
-        return out if isinstance(out, ValidationOutcome) else None
+        if "error" in d:
+            return None
+        return ValidationOutcome(available=d["available"], version=d["version"], ok=d["ok"],
+                                 errors=tuple(d["errors"]), error_keys=tuple(d["error_keys"]),
+                                 world_size=d["world_size"], note=d["note"])
 
     def close(self) -> None:
         try:
-            self.conn.send(None)
-        except (OSError, BrokenPipeError):
-            pass
-        self.proc.join(timeout=2)
-        if self.proc.is_alive():
-            self.proc.terminate()
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except Exception:
+            self.proc.kill()
 
 
-def _serve(conn: Any) -> None:
+def _serve() -> int:
+    import json
+    import sys
+
     load_deepspeed()
-    while True:
+    for line in sys.stdin:
         try:
-            req = conn.recv()
-        except (EOFError, OSError):
-            return
-        if req is None:
-            return
-        cfg, ws, hf = req
-        try:
-            conn.send(validate_with_deepspeed(cfg, ws, hf_auto=hf))
+            req = json.loads(line)
+            o = validate_with_deepspeed(req["cfg"], req["ws"], hf_auto=req["hf"])
+            out = {"available": o.available, "version": o.version, "ok": o.ok, "errors": list(o.errors),
+                   "error_keys": list(o.error_keys), "world_size": o.world_size, "note": o.note}
         except Exception as e:  # never leave the caller waiting
-            conn.send(repr(e))
+            out = {"error": repr(e)}
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
+    return 0
 
 
 _PREFETCHED: _Prefetched | None = None
@@ -503,7 +511,7 @@ def prefetch() -> None:
         return
     try:
         _PREFETCHED = _Prefetched()
-    except (OSError, ValueError):
+    except OSError:
         _PREFETCHED = None
 
 
@@ -518,3 +526,7 @@ def validate_prefetched(cfg: dict[str, Any], world_size: int | None = None, *,
         _PREFETCHED.close()
         _PREFETCHED = None
     return validate_with_deepspeed(cfg, world_size, hf_auto=hf_auto)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:
+    raise SystemExit(_serve())

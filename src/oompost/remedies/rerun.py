@@ -137,7 +137,8 @@ def _batch_search(ctx: Context, d: _Draft, allow_ckpt: bool) -> bool:
     for m, c in cands:
         if (m, c) == (mb, ckpt):
             continue
-        w = what_if(ctx, f"micro-batch {m}" + (" + checkpointing" if c else ""), micro_batch=m, grad_ckpt=c)
+        w = what_if(ctx, f"micro-batch {m}" + (" + checkpointing" if c else ""), micro_batch=m, grad_ckpt=c,
+                    grad_accum_steps=gas * mb // m if mb % m == 0 else gas * -(-mb // m))
         if w is None:
             break
         if fits(w, L, MARGIN):
@@ -184,7 +185,8 @@ def _seq_cap(ctx: Context, d: _Draft, mb: int, gas: int, ckpt: bool) -> bool:
     while cap >= 256:
         for m in _halvings(mb):
             for c in (True,):
-                w = what_if(ctx, f"max_seq_length {cap}", seq_len=cap, micro_batch=m, grad_ckpt=c)
+                w = what_if(ctx, f"max_seq_length {cap}", seq_len=cap, micro_batch=m, grad_ckpt=c,
+                            grad_accum_steps=gas * mb // m if mb % m == 0 else gas * -(-mb // m))
                 if w is not None and fits(w, ctx.limit_bytes, MARGIN):
                     if m != mb:
                         _set_batch(ctx, d, m, gas * mb // m if mb % m == 0 else gas * -(-mb // m))

@@ -133,7 +133,7 @@ class ActivationSpike:
                            "keeps only each layer's input; recomputes the rest in backward" + pred(w)))
         if mb > 1:
             new = max(1, mb // 4) if mb >= 8 else max(1, mb // 2)
-            w = what_if(ctx, "smaller micro-batch", micro_batch=new, grad_accum=gas * (mb // new))
+            w = what_if(ctx, "smaller micro-batch", micro_batch=new, grad_accum_steps=gas * (mb // new))
             out.append(Fix("trainer_arg", "per_device_train_batch_size", new,
                            f"with gradient_accumulation_steps={gas * (mb // new)} the global batch is unchanged"
                            + pred(w)))
