@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import orjson
 
@@ -45,12 +45,32 @@ def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
     return f
 
 
+def read_some(f: IO[bytes], n: int) -> tuple[bytes, str | None]:
+    """Up to ``n`` bytes, and why reading stopped early (``None`` if it did
+    not).  A truncated or corrupt gzip stream still gives what decompressed
+    before the damage: ``GzipFile.read`` would throw that away."""
+    if not isinstance(f, gzip.GzipFile):
+        return f.read(n), None
+    parts: list[bytes] = []
+    got = 0
+    try:
+        while got < n:
+            chunk = f.read1(n - got)
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+    except (OSError, EOFError) as e:
+        return b"".join(parts), str(e)
+    return b"".join(parts), None
+
+
 def read_head(path: str | os.PathLike[str], n: int = SNIFF_BYTES) -> bytes:
     with open_binary(path) as f:
-        try:
-            return f.read(n)
-        except (OSError, EOFError) as e:  # truncated/corrupt gzip
-            raise InputError(f"{path}: unreadable compressed file ({e})") from None
+        head, err = read_some(f, n)
+    if err is not None and not head:
+        raise InputError(f"{path}: unreadable compressed file ({err})")
+    return head
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +151,10 @@ def _sniff_json(path: str | os.PathLike[str]) -> Sniff:
 
 def load_json(path: str | os.PathLike[str]) -> object:
     with open_binary(path) as f:
-        raw = f.read(MAX_JSON_BYTES + 1)
+        try:
+            raw = f.read(MAX_JSON_BYTES + 1)
+        except (OSError, EOFError) as e:  # truncated/corrupt gzip
+            raise InputError(f"{path}: unreadable compressed file ({e})") from None
     if len(raw) > MAX_JSON_BYTES:
         raise InputError(f"{path}: JSON file larger than {MAX_JSON_BYTES // 2**20} MiB")
     try:
@@ -145,6 +168,18 @@ def load_json(path: str | os.PathLike[str]) -> object:
         return json.loads(raw.decode("utf-8", errors="replace"))
     except ValueError as e:
         raise InputError(f"{path}: not valid JSON ({e})") from None
+
+
+def load_json_object(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
+    """``load_json`` for files that must hold one JSON object (a ds_config,
+    an HF config.json, capture metadata); ``what`` names it in the error."""
+    try:
+        data = load_json(path)
+    except InputError as e:
+        raise InputError(f"cannot read {what} {e}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: {what} must be a JSON object, not {type(data).__name__}")
+    return data
 
 
 def expand_paths(paths: list[str]) -> list[str]:
@@ -388,10 +423,14 @@ def _blocks(path: str | os.PathLike[str], sentinels: dict[bytes, int] | None) ->
     lineno = 0
     try:
         while True:
-            try:
-                data = f.read(LineScanner.BLOCK)
-            except (OSError, EOFError) as e:
-                raise TruncatedInput(lineno, str(e)) from None
+            data, err = read_some(f, LineScanner.BLOCK)
+            if err is not None:
+                block = carry + data
+                if block:
+                    block += b"" if block.endswith(b"\n") else b"\n"
+                    lineno += block.count(b"\n")
+                    yield block, (_candidates(block, sentinels) if sentinels is not None else {})
+                raise TruncatedInput(lineno, err)
             if not data:
                 if carry:
                     block = carry + b"\n"

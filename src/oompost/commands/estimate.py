@@ -16,6 +16,7 @@ import click
 from oompost.errors import InputError
 from oompost.estimate.memory import Estimate, TrainSetup, estimate as run_estimate
 from oompost.estimate.models import ModelSpec, load_model_spec
+from oompost.sources import load_json_object
 from oompost.units import GiB, parse_human_size_arg
 
 __all__ = ["estimate"]
@@ -39,22 +40,6 @@ def _gpu_mem(ctx: click.Context, param: click.Parameter, value: str | None) -> i
 def _fail(ctx: click.Context, message: str) -> None:
     click.echo(f"oompost estimate: error: {message}", err=True)
     ctx.exit(3)
-
-
-def _read_ds_config(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read ds_config {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"ds_config {path} is not UTF-8 text") from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"ds_config {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    if not isinstance(cfg, dict):
-        raise InputError(f"ds_config {path} is not a JSON object")
-    return cfg
 
 
 @click.command("estimate")
@@ -103,7 +88,7 @@ def estimate(ctx: click.Context, model_arg: str, ds_config: Path | None, gpus: i
     }
     try:
         if ds_config is not None:
-            setup = TrainSetup.from_ds_config(_read_ds_config(ds_config), **overrides)
+            setup = TrainSetup.from_ds_config(load_json_object(ds_config, "ds_config"), **overrides)
         else:
             if (optimizer_offload or "none") != "none" or (param_offload or "none") != "none":
                 raise click.UsageError("offload needs DeepSpeed: pass --ds-config with a ZeRO stage")

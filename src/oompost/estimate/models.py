@@ -23,7 +23,6 @@ written out here (no network).  Nothing here imports torch or transformers.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, replace
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from oompost.errors import InputError
+from oompost.sources import load_json_object
 
 __all__ = [
     "ModelSpec",
@@ -660,17 +660,6 @@ def load_model_spec(arg: str) -> ModelSpec:
 def _load_config_file(path: Path) -> ModelSpec:
     if path.is_dir():
         path = path / "config.json"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read model config {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"model config {path} is not UTF-8 text") from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"model config {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    if not isinstance(cfg, dict):
-        raise InputError(f"model config {path} is not a JSON object")
+    cfg = load_json_object(path, "model config")
     return spec_from_hf_config(cfg, name=str(cfg.get("_name_or_path") or path.parent.name or path.name),
                                source=str(path))

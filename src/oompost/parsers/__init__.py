@@ -16,7 +16,7 @@ from ..errors import InputError
 from ..model import DsConfigSeen, Evidence, InputInfo, InputKind, SourceRef
 import re
 
-from ..sources import (OUTPUT_KIND, LineScanner, TruncatedInput, decode_line, expand_paths, load_json,
+from ..sources import (OUTPUT_KIND, LineScanner, TruncatedInput, decode_line, expand_paths, load_json_object,
                        rank_hint_from_name, sniff)
 from .base import EvidenceBuilder, LineParser, TracebackTracker
 
@@ -160,17 +160,11 @@ def _parse_snapshot(path: str, out: EvidenceBuilder) -> None:
 
 def _parse_ds_config(path: str, out: EvidenceBuilder, explicit: bool) -> None:
     try:
-        data = load_json(path)
+        data = load_json_object(path, "DeepSpeed config")
     except InputError as e:
         if explicit:
             raise
         out.inputs.append(InputInfo(path, InputKind.DS_CONFIG, (str(e),)))
-        return
-    if not isinstance(data, dict):
-        msg = f"{path}: a DeepSpeed config must be a JSON object"
-        if explicit:
-            raise InputError(msg)
-        out.inputs.append(InputInfo(path, InputKind.DS_CONFIG, (msg,)))
         return
     out.ds_configs.append(DsConfigSeen(data, SourceRef(path, None, ""), origin="file"))
     out.inputs.append(InputInfo(path, InputKind.DS_CONFIG, (), bytes=_size(path)))
@@ -179,12 +173,9 @@ def _parse_ds_config(path: str, out: EvidenceBuilder, explicit: bool) -> None:
 def _parse_capture_meta(path: str, out: EvidenceBuilder) -> None:
     """oompost's own capture.json (tools/capture): provenance facts, not a verdict."""
     try:
-        data = load_json(path)
+        data = load_json_object(path, "capture metadata")
     except InputError as e:
         out.inputs.append(InputInfo(path, InputKind.CAPTURE_META, (str(e),)))
-        return
-    if not isinstance(data, dict):
-        out.inputs.append(InputInfo(path, InputKind.CAPTURE_META, ("capture metadata is not a JSON object",)))
         return
     r = SourceRef(path, None, "")
     env = data.get("environment", {}) if isinstance(data.get("environment"), dict) else {}
