@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from oompost.model import ConfigIssue, FailureKind
 from oompost.parsers import parse_paths, parse_text
 from oompost.units import GiB
 
@@ -77,3 +78,36 @@ def test_truncated_json_dump_is_a_warning_not_a_crash():
                     '    "train_micro_batch_size_per_gpu": 2,\n')
     assert not ev.ds_configs
     assert any("closing brace" in w.message for w in ev.warnings)
+
+
+# deepspeed.md §config traps, verified on 0.19.8: a typo inside zero_optimization
+EXTRA_FORBIDDEN = """\
+Traceback (most recent call last):
+  File "train.py", line 12, in <module>
+    engine, *_ = deepspeed.initialize(model=model, config=cfg)
+pydantic_core._pydantic_core.ValidationError: 1 validation error for DeepSpeedZeroConfig
+stage3_prefetch_bucket
+  Extra inputs are not permitted [type=extra_forbidden, input_value=1000, input_type=int]
+"""
+
+
+def _config_failure(ev):
+    (f,) = [f for f in ev.failures if f.kind is FailureKind.CONFIG_VALIDATION]
+    return f
+
+
+def test_config_errors_name_key_and_values_in_real_0_19_8_logs():
+    f = _config_failure(parse_paths([str(SAMPLES / "config_error_prefetch_float/run.log")]))
+    assert f.config == ConfigIssue(key="zero_optimization.stage3_prefetch_bucket_size",
+                                   error_type="int_from_float", input_value="15099494.4")
+    f = _config_failure(parse_paths([str(SAMPLES / "config_error_batch_mismatch/run.log")]))
+    assert f.config == ConfigIssue(key="train_batch_size", batch=(32, 4, 4, 1.0))
+    f = _config_failure(parse_text(EXTRA_FORBIDDEN))
+    assert f.config == ConfigIssue(key="zero_optimization.stage3_prefetch_bucket", error_type="extra_forbidden",
+                                   input_value="1000")
+
+
+def test_engine_zero_config_repr_yields_offload_devices():
+    ev = parse_paths([str(SAMPLES / "zero3_offload_activations_a100_40g/run.log")])
+    assert ev.fact_value("deepspeed.offload_param") == "cpu"
+    assert ev.fact_value("deepspeed.offload_optimizer") == "cpu"

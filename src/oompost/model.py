@@ -127,6 +127,16 @@ class FailureKind(str, Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class ConfigIssue:
+    """What a configuration error names, read from DeepSpeed's message."""
+
+    key: str | None = None                    # ds_config key path, e.g. "zero_optimization.stage3_prefetch_bucket_size"
+    error_type: str | None = None             # pydantic error type: "int_from_float", "extra_forbidden", ...
+    input_value: str | None = None            # pydantic "input_value=", as printed
+    batch: tuple[int, int, int, float] | None = None  # batch assertion: train, micro, accumulation, world size
+
+
+@dataclass(frozen=True, slots=True)
 class Failure:
     """A non-OOM (or not-only-OOM) failure line: NCCL, watchdog, host, config."""
 
@@ -147,6 +157,7 @@ class Failure:
     nccl_result: str | None = None            # ncclResult_t name, e.g. "ncclUnhandledCudaError"
     last_error: str | None = None             # PyTorch's "Last error:" text (NCCL's last WARN)
     peer: str | None = None                   # "Connection closed by remote peer X": points at the dead rank's host
+    config: ConfigIssue | None = None         # CONFIG_VALIDATION: the key / values the message names
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,14 +10,10 @@ can say where it read "ZeRO-2" or "micro-batch 16".
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..model import DsConfigSeen, Evidence, SourceRef, Stack
-
-_OFFLOAD_REPR = re.compile(r"offload_(?P<what>optimizer|param)=(?:None|DeepSpeedZeroOffload\w+Config\(device='(?P<dev>\w+)')")
-
 
 @dataclass(frozen=True, slots=True)
 class Value:
@@ -101,14 +97,9 @@ def build_setup(ev: Evidence) -> RunSetup:
     offload_par = _offload(zero.get("offload_param"))
     if zero.get("cpu_offload") is True:
         offload_opt = "cpu"
-    zc = ev.fact("deepspeed.effective.zero_config")
-    if zc is not None and not zero:
-        for m in _OFFLOAD_REPR.finditer(str(zc.value)):
-            if m.group("dev"):
-                if m.group("what") == "optimizer":
-                    offload_opt = m.group("dev")
-                else:
-                    offload_par = m.group("dev")
+    if not zero:  # no config file: the engine's printed zero_config says where the states live
+        offload_opt = ev.fact_value("deepspeed.offload_optimizer") or offload_opt
+        offload_par = ev.fact_value("deepspeed.offload_param") or offload_par
     if offload_opt == "none" and ev.fact_value("deepspeed.cpu_offload") is True:
         offload_opt = "cpu"
 

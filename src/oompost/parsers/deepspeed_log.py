@@ -47,6 +47,8 @@ PARTITION = re.compile(r"partition count \[(?P<count>\d+)\] and sizes\[\((?P<num
 DS_CFG_KEYS = ("zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
                "gradient_accumulation_steps")
 INLINE_JSON = re.compile(r"(?P<json>\{\".*\})\s*$")
+# the engine prints zero_config as a pydantic repr: "... offload_param=DeepSpeedZeroOffloadParamConfig(device='cpu', ..."
+OFFLOAD_REPR = re.compile(r"offload_(?P<what>optimizer|param)=(?:None|DeepSpeedZeroOffload\w+Config\(device='(?P<dev>\w+)')")
 
 TRIGGERS = ("DeepSpeed info", "deepspeed info", "ZeRO stage", "bucket size", "CPU Offload", "MA ",
             "CPU Virtual Memory", "cache flushes", "MemAllocated", "skipped=", "persistent param",
@@ -195,6 +197,10 @@ class DeepSpeedLogParser:
             self.out.fact("deepspeed.zero_stage", int(val), r)
         elif key == "world_size" and val.isdigit():
             self.out.fact("world_size", int(val), r)
+        elif key == "zero_config":
+            for mo in OFFLOAD_REPR.finditer(val):
+                if mo.group("dev"):
+                    self.out.fact(f"deepspeed.offload_{mo.group('what')}", mo.group("dev"), r)
 
     # -------------------------------------------------------------- json
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from ..model import Failure, FailureKind, Stack
+from ..model import ConfigIssue, Failure, FailureKind, Stack
 from ..sources import LogLine
 from .base import EvidenceBuilder, TracebackTracker, line_rank, ref
 
@@ -29,6 +29,15 @@ CONFIG_TEXTS = ("Check batch related parameters", "train_batch_size is not equal
                 "deprecated version of ZeRO Stage 1", "Cannot provide deprecated parameter",
                 "Duplicate GPU detected", "zero_force_ds_cpu_optimizer")
 CONFIG_EXC = ("DeepSpeedConfigError", "ZeRORuntimeException")
+# pydantic: "1 validation error for DeepSpeedZeroConfig: stage3_prefetch_bucket_size; Input should be ...
+#            [type=int_from_float, input_value=15099494.4, input_type=float]" (continuation lines joined)
+PYDANTIC_FIELD = re.compile(r"validation errors? for (?P<model>\w+):\s*(?P<field>[\w.]+)")
+PYDANTIC_TYPE = re.compile(r"\[type=(?P<type>\w+)")
+PYDANTIC_INPUT = re.compile(r"input_value=(?P<v>[^,\]]+)")
+# DeepSpeed's batch assertion: "... world_size 32 != 4 * 4 * 1"
+BATCH_ASSERT = re.compile(r"(?P<train>\d+) != (?P<micro>\d+) \* (?P<gas>\d+) \* (?P<ws>[\d.]+)")
+# the ds_config section each DeepSpeed pydantic model validates
+PYDANTIC_SECTION = {"DeepSpeedZeroConfig": "zero_optimization"}
 
 
 class ExceptionParser:
@@ -95,8 +104,24 @@ class ExceptionParser:
         msg = r["msg"]
         if r["extra"]:
             msg = (msg + ": " if msg else "") + "; ".join(r["extra"])
+        config = config_issue(msg) if r["kind"] is FailureKind.CONFIG_VALIDATION else None
         self.out.failures.append(Failure(r["kind"], ref(self.path, r["ln"]), r["rank"], message=msg[:1000],
-                                         exception=r["exc"], stack=r["stack"]))
+                                         exception=r["exc"], stack=r["stack"], config=config))
+
+
+def config_issue(msg: str) -> ConfigIssue:
+    """The key and values a DeepSpeed configuration error names."""
+    if (mb := BATCH_ASSERT.search(msg)):
+        return ConfigIssue(key="train_batch_size", batch=(int(mb.group("train")), int(mb.group("micro")),
+                                                          int(mb.group("gas")), float(mb.group("ws"))))
+    key = None
+    if (mf := PYDANTIC_FIELD.search(msg)):
+        section = PYDANTIC_SECTION.get(mf.group("model"))
+        key = f"{section}.{mf.group('field')}" if section else mf.group("field")
+    mt = PYDANTIC_TYPE.search(msg)
+    error_type = mt.group("type") if mt else ("extra_forbidden" if "Extra inputs" in msg else None)
+    mv = PYDANTIC_INPUT.search(msg)
+    return ConfigIssue(key=key, error_type=error_type, input_value=mv.group("v").strip() if mv else None)
 
 
 def _in_deepspeed_config(stack: Stack) -> bool:

@@ -14,7 +14,6 @@ own validation when DeepSpeed is installed.
 from __future__ import annotations
 
 import copy
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -341,7 +340,6 @@ def _config(ctx: Context, primary: Finding, d: _Draft) -> bool:
 
         for msg in lint(d.cfg, world_size=int(ctx.setup.get("world_size", 1) or 1)):
             if msg.code == "DSC031" and msg.severity == "error":
-                m = re.search(r"(\d+)\s*$", msg.fix or "")
                 path = msg.key.split(".")
                 node = d.cfg
                 for p in path[:-1]:

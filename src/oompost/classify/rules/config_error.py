@@ -13,14 +13,9 @@ finds these before a job is queued.  No memory setting is involved.
 
 from __future__ import annotations
 
-import re
-
 from ...analysis.context import Context
-from ...model import FailureKind
+from ...model import ConfigIssue, FailureKind
 from ..base import Cause, Finding, Fix, NotAFix, confidence
-
-_FIELD = re.compile(r"validation errors? for (?P<model>\w+):\s*(?P<field>[\w.]+)")
-_BATCH = re.compile(r"(?P<train>\d+) != (?P<micro>\d+) \* (?P<gas>\d+) \* (?P<ws>[\d.]+)")
 
 
 class ConfigError:
@@ -44,23 +39,22 @@ class ConfigError:
         title = "The configuration was rejected before training started"
         sub = None
         msg = f.message or f.exception
+        c = f.config or ConfigIssue()
         if f.kind is FailureKind.DUPLICATE_GPU or "Duplicate GPU" in msg + (f.last_error or ""):
             title, sub = "Two ranks were started on the same GPU", "duplicate_gpu"
             fixes.append(Fix("code", "torch.cuda.set_device", "int(os.environ['LOCAL_RANK'])",
                              "each process must select its own GPU before init_process_group"))
-        elif (mb := _BATCH.search(msg)):
-            micro, gas, ws = int(mb.group("micro")), int(mb.group("gas")), float(mb.group("ws"))
+        elif c.batch is not None:
+            _, micro, gas, ws = c.batch
             want = int(micro * gas * ws)
             title, sub = "train_batch_size does not equal micro-batch × accumulation × world size", "batch_size"
             fixes.append(Fix("ds_config", "train_batch_size", want,
                              f"{micro} × {gas} × {int(ws)} = {want}; or drop train_batch_size and let DeepSpeed "
                              "derive it from the other two"))
             signals.append(("DeepSpeed's batch assertion", 0.15))
-        elif (mf := _FIELD.search(msg)):
-            key = mf.group("field")
-            title, sub = f"DeepSpeed rejected {key}", "validation"
-            fixes.append(Fix("ds_config", f"zero_optimization.{key}" if mf.group("model") == "DeepSpeedZeroConfig"
-                             else key, _fixed_value(msg, key, ctx), _why(msg)))
+        elif c.key is not None:
+            title, sub = f"DeepSpeed rejected {c.key}", "validation"
+            fixes.append(Fix("ds_config", c.key, _fixed_value(c), _why(c, msg)))
             signals.append(("DeepSpeed's pydantic validation names the key", 0.15))
         elif "allocator config" in msg:
             title, sub = "PYTORCH_CUDA_ALLOC_CONF holds a key this torch does not know", "alloc_conf"
@@ -79,18 +73,20 @@ class ConfigError:
             detail=f"The first failing rank stopped with {f.exception or 'an error'}: {msg[:400]}", sub_cause=sub)]
 
 
-def _fixed_value(msg: str, key: str, ctx: Context) -> object:
-    m = re.search(r"input_value=(?P<v>[-\d.e+]+)", msg)
-    if m and "int_from_float" in msg:
-        return int(float(m.group("v")))
-    if "extra_forbidden" in msg or "Extra inputs" in msg:
+def _fixed_value(c: ConfigIssue) -> object:
+    if c.error_type == "int_from_float" and c.input_value is not None:
+        try:
+            return int(float(c.input_value))
+        except ValueError:
+            pass
+    if c.error_type == "extra_forbidden":
         return None
     return "see the error"
 
 
-def _why(msg: str) -> str:
-    if "int_from_float" in msg:
+def _why(c: ConfigIssue, msg: str) -> str:
+    if c.error_type == "int_from_float":
         return "DeepSpeed ≥ 0.15 (pydantic v2) accepts only integers for sizes; 0.9·hidden² is not one"
-    if "extra_forbidden" in msg or "Extra inputs" in msg:
+    if c.error_type == "extra_forbidden":
         return "the key is not a DeepSpeed ZeRO option (a typo, or one from another version)"
     return msg[:200]
