@@ -159,3 +159,20 @@ def test_estimate_and_check_are_wired_in(tmp_path):
                                "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}}))
     r = CliRunner().invoke(cli, ["check", str(cfg), "--world-size", "1"])
     assert r.exit_code == 5 and "train_batch_size" in r.output
+
+
+def test_report_is_the_same_under_any_hash_seed(tmp_path):
+    """A nightly scan diffs reports: set iteration order (PYTHONHASHSEED) must not reorder them."""
+    import subprocess
+    import sys
+
+    sample = SAMPLES / "comm_buffer_zero2_buckets"
+    outs = []
+    for seed in ("1", "2", "3"):
+        out = tmp_path / seed
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-m", "oompost", "analyze", str(sample), "-o", str(out), "--format", "json"],
+                       check=True, env=env, capture_output=True)
+        outs.append((out / "report.json").read_text())
+    assert json.loads(outs[0])["rerun"]["ds_config_diff"]
+    assert outs[0] == outs[1] == outs[2]

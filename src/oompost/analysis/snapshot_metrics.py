@@ -308,14 +308,21 @@ class _Layout:
             return i
         return None
 
-    # ---- block state changes
-    def make_free(self, addr: int) -> None:
+    def block_at(self, addr: int) -> tuple[_MSeg, int] | None:
+        """The segment holding ``addr`` and the index of its block there."""
         si = self.seg_index(addr)
         if si is None:
+            return None
+        seg = self.segs[si]
+        return seg, seg.index_of(addr)
+
+    # ---- block state changes
+    def make_free(self, addr: int) -> None:
+        found = self.block_at(addr)
+        if found is None:
             self.inconsistent += 1
             return
-        seg = self.segs[si]
-        bi = seg.index_of(addr)
+        seg, bi = found
         b = seg.blocks[bi]
         if b.address != addr or b.state == INACTIVE:
             self.inconsistent += 1
@@ -333,11 +340,11 @@ class _Layout:
             del blocks[bi]
 
     def set_state(self, addr: int, state: str) -> bool:
-        si = self.seg_index(addr)
-        if si is None:
+        found = self.block_at(addr)
+        if found is None:
             return False
-        seg = self.segs[si]
-        b = seg.blocks[seg.index_of(addr)]
+        seg, bi = found
+        b = seg.blocks[bi]
         if b.address == addr and b.state != INACTIVE:
             b.state = state
             return True
@@ -345,12 +352,11 @@ class _Layout:
 
     def carve(self, addr: int, requested: int, state: str, frames: tuple[Frame, ...]) -> None:
         """Mark [addr, addr + rounded size) of a free block as live again."""
-        si = self.seg_index(addr)
-        if si is None:
+        found = self.block_at(addr)
+        if found is None:
             self.inconsistent += 1
             return
-        seg = self.segs[si]
-        bi = seg.index_of(addr)
+        seg, bi = found
         b = seg.blocks[bi]
         if b.state != INACTIVE:
             if b.address == addr:            # already live (e.g. free_requested undone first): just set state

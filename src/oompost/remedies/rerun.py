@@ -429,7 +429,7 @@ def _set_ckpt(d: _Draft) -> None:
 def _diff(old: Any, new: Any) -> Any:
     if isinstance(old, dict) and isinstance(new, dict):
         out: dict[str, Any] = {}
-        for k in set(old) | set(new):
+        for k in [*new, *(k for k in old if k not in new)]:  # the config's own order, deterministically
             if k not in new:
                 out[k] = None
             elif k not in old:
