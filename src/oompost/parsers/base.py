@@ -102,8 +102,23 @@ class ParserFactory(Protocol):
 
 from ..model import Frame, Stack  # noqa: E402  (kept next to its only user)
 
-_TB_START = "Traceback (most recent call last):"
+_TB_START = "Traceback (most recent call last)"      # rich prints it without the colon, in a box
+# A frame as CPython prints it, as IPython prints it ("File /x.py:12, in f(a, b)"), and as rich
+# prints it ("/x.py:12 in f", after the box is removed by sources.forum_clean).
 _TB_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>.+?)\s*$')
+_TB_FRAME_IPY = re.compile(r'^\s*File (?P<file>\S+\.py):(?P<line>\d+), in (?P<name>[\w.<>]+)')
+_TB_FRAME_RICH = re.compile(r'^\s*(?P<file>(?:/|~|[A-Za-z]:\\|\.)?\S*?\.py):(?P<line>\d+) in (?P<name>[\w.<>]+)\s*$')
+_RICH_CODE = re.compile(r"^\s*(?:❱\s*)?\d+\s")                   # rich's numbered source context
+_BOX_ONLY = frozenset("╭╰─╮╯│ ")
+
+
+def match_frame(text: str) -> "re.Match[str] | None":
+    """A traceback frame line in any of the three layouts, else None."""
+    if "File" in text:
+        return _TB_FRAME.match(text) or _TB_FRAME_IPY.match(text)
+    if ".py:" in text:
+        return _TB_FRAME_RICH.match(text)
+    return None
 _TB_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 
@@ -125,7 +140,8 @@ class TracebackTracker:
         self._last: dict[int | None, Stack] = {}
         self._closed_at: dict[int | None, int] = {}
 
-    SENTINELS = (_TB_START,)
+    # a frame line also opens a traceback: excerpts pasted into issues often lack the header
+    SENTINELS = (_TB_START, 'File "', "File /", ".py:")
     TRIGGER = re.compile(re.escape(_TB_START))
 
     @property
@@ -140,13 +156,19 @@ class TracebackTracker:
             st = self._state[rank] = _TbState(active=True)
             return
         if st is None or not st.active:
-            return
-        m = _TB_FRAME.match(text)
+            m = match_frame(text)
+            if m is None:
+                return
+            st = self._state[rank] = _TbState(active=True)      # a header-less excerpt
+        else:
+            m = match_frame(text)
         if m:
             st.frames.append(Frame(m.group("file"), int(m.group("line")), m.group("name")))
             st.expect_code = True
             return
         stripped = text.strip()
+        if not stripped or set(stripped) <= _BOX_ONLY or _RICH_CODE.match(text):
+            return
         if st.expect_code and text[:1] in (" ", "\t") and stripped and not set(stripped) <= set("^~ "):
             last = st.frames[-1]
             st.frames[-1] = Frame(last.filename, last.line, last.name, stripped[:200])

@@ -41,8 +41,10 @@ PYDANTIC_SECTION = {"DeepSpeedZeroConfig": "zero_optimization"}
 
 
 class ExceptionParser:
-    SENTINELS: tuple[str, ...] = ()
-    TRIGGER = None                       # fed by the driver when a traceback closes on the line
+    # Fed when a traceback closes on a line, and on any line naming an exception: an excerpt
+    # pasted into an issue is often the exception line alone ("[rank0]: AssertionError: ...").
+    SENTINELS: tuple[str, ...] = ("Error", "Exception", "Exit", "Interrupt")
+    TRIGGER = re.compile(r"Error|Exception|Exit|Interrupt")
 
     @property
     def busy(self) -> bool:
@@ -55,6 +57,7 @@ class ExceptionParser:
         self.rank_hint = rank_hint
         self.tb = tracebacks or TracebackTracker()
         self._pending: dict[int | None, dict] = {}    # pydantic ValidationError continuation lines
+        self._seen: set[tuple[int | None, int]] = set()
 
     def feed(self, ln: LogLine) -> None:
         rank = line_rank(ln, self.rank_hint)
@@ -63,8 +66,7 @@ class ExceptionParser:
             if self._continue(pending, ln):
                 return
             self._emit(self._pending.pop(rank))
-        if not self.tb.closed_on(rank, ln.lineno):
-            return
+        closes = self.tb.closed_on(rank, ln.lineno)
         text = ln.text
         if any(s in text for s in SKIP):
             return
@@ -72,6 +74,9 @@ class ExceptionParser:
         if m is None:
             return
         exc, msg = m.group("exc"), (m.group("msg") or "").strip()
+        if not closes and (exc.endswith("Warning") or exc.startswith("nccl") or (rank, ln.lineno) in self._seen):
+            return                      # a bare exception line; warnings are not failures
+        self._seen.add((rank, ln.lineno))
         stack = self.tb.stack_for(rank)
         record = {"exc": exc, "msg": msg, "ln": ln, "rank": rank, "stack": stack, "extra": [], "kind": None}
         if exc.endswith("ValidationError"):
