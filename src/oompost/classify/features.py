@@ -47,7 +47,7 @@ FEATURES = (
     "phase.model_state", "phase.optimizer_step", "phase.activation", "phase.loss", "phase.generation",
     "phase.comm", "phase.checkpoint_load", "phase.unknown",
     "cue.model_loading", "cue.training_progress", "cue.evaluation", "cue.serving", "cue.generation",
-    "cue.memory_report", "cue.multi_process", "steps.some", "steps.growing", "snapshot",
+    "cue.memory_report", "cue.memory_growing", "cue.multi_process", "steps.some", "steps.growing", "snapshot",
     "ds_config",
 )
 
@@ -100,7 +100,8 @@ def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> di
     f["fail.duplicate_gpu"] = 1.0 if FailureKind.DUPLICATE_GPU in kinds else 0.0
     f["fail.python_exception"] = 1.0 if FailureKind.PYTHON_EXCEPTION in kinds else 0.0
     f["fail.none"] = 1.0 if o is None and not kinds and not any(
-        getattr(e, "exitcode", 0) not in (0, None) for e in ev.exits) else 0.0
+        getattr(e, "exitcode", 0) not in (0, None) for e in ev.exits) and ev.fact("cue.memory_growing") is None \
+        and not ctx.steps else 0.0
     ph = ctx.phase.phase
     if o is not None:
         if ph in (Phase.OPTIMIZER_STEP,):
@@ -120,7 +121,7 @@ def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> di
         else:
             f["phase.unknown"] = 1.0
     for name in ("model_loading", "training_progress", "evaluation", "serving", "generation", "memory_report",
-                 "multi_process"):
+                 "memory_growing", "multi_process"):
         if ev.fact(f"cue.{name}") is not None:
             f[f"cue.{name}"] = 1.0
     if ctx.steps:

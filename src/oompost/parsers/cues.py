@@ -50,6 +50,35 @@ CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
 }
 
 
+# A memory figure printed the same way on many lines ("allocated: 20.4", "| 2417MiB / 12189MiB |",
+# "mem=3.2GB"): the first figure of each line, grouped by the line's shape with the numbers taken out.
+_FIGURE = re.compile(r"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>[KMG]i?B|MB|GB)\b|(?:allocated|memory|mem|reserved)[^\d|]{0,20}"
+                     r"(?P<v2>\d+(?:\.\d+)?)", re.I)
+_UNIT = {"k": 2**10, "m": 2**20, "g": 2**30}
+_NUMS = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _figure(text: str) -> tuple[str, float] | None:
+    m = _FIGURE.search(text)
+    if m is None:
+        return None
+    if m.group("v") is not None:
+        v = float(m.group("v")) * _UNIT.get(m.group("u")[0].lower(), 1)
+    else:
+        v = float(m.group("v2"))
+    return _NUMS.sub("#", text.strip())[:120], v
+
+
+def growing(values: list[float]) -> bool:
+    """At least three readings, mostly non-decreasing, ending ≥ 10 % above where they started."""
+    if len(values) < 3 or values[0] <= 0:
+        return False
+    ups = sum(1 for a, b in zip(values, values[1:]) if b >= a)
+    if len(values) >= 5 and ups == len(values) - 1 and values[-1] > 1.01 * values[0]:
+        return True                                   # a slow leak: never down, always a little up
+    return values[-1] >= 1.1 * values[0] and ups >= 0.75 * (len(values) - 1)
+
+
 class CueParser:
     SENTINELS: tuple[str, ...] = tuple(sorted({s for sents, _ in CUES.values() for s in sents}))
     TRIGGER = re.compile("|".join(re.escape(s) for s in SENTINELS))
@@ -62,9 +91,19 @@ class CueParser:
         self.out = out
         self._counts: dict[str, int] = {}
         self._first: dict[str, LogLine] = {}
+        self._series: dict[str, list[float]] = {}
+        self._series_ln: dict[str, LogLine] = {}
 
     def feed(self, ln: LogLine) -> None:
         text = ln.text
+        if ("MiB" in text or "MB" in text or "GB" in text or "GiB" in text or "allocated" in text
+                or "emory" in text) and "Tried to allocate" not in text and "total capacity" not in text:
+            fig = _figure(text)
+            if fig is not None:
+                vals = self._series.setdefault(fig[0], [])
+                if len(vals) < 10_000:
+                    vals.append(fig[1])
+                    self._series_ln.setdefault(fig[0], ln)
         for name, (sents, pat) in CUES.items():
             if any(s in text for s in sents) and pat.search(text):
                 self._counts[name] = self._counts.get(name, 0) + 1
@@ -73,3 +112,7 @@ class CueParser:
     def finish(self) -> None:
         for name, n in self._counts.items():
             self.out.fact(f"cue.{name}", n, ref(self.path, self._first[name]))
+        for shape, vals in self._series.items():
+            if growing(vals):
+                self.out.fact("cue.memory_growing", len(vals), ref(self.path, self._series_ln[shape]))
+                break

@@ -49,8 +49,16 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     (FailureKind.CONFIG_VALIDATION, ("ValidationError", "validation error", "not permitted", "Extra inputs"),
      re.compile(r"ValidationError|validation errors? for \w+|extra fields not permitted|"
                 r"Extra inputs are not permitted")),
-    (FailureKind.DUPLICATE_GPU, ("Duplicate GPU", "same GPU", "same device"),
-     re.compile(r"Duplicate GPU detected|on the same (?:GPU|device)")),
+    (FailureKind.DUPLICATE_GPU, ("Duplicate GPU", "same GPU", "invalid device ordinal"),
+     re.compile(r"Duplicate GPU detected|on the same GPU|invalid device ordinal")),
+    (FailureKind.CONFIG_VALIDATION, ("compiled without GPU", "without GPU support", "No CUDA GPUs",
+                                     "no NVIDIA driver", "not compatible with", "is not supported with",
+                                     "cannot be used with", "is only supported", "must be divisible",
+                                     "should be divisible", "is not divisible", "is not equal to"),
+     re.compile(r"compiled without GPU support|without GPU support|No CUDA GPUs are available|"
+                r"[Ff]ound no NVIDIA driver|is not compatible with|is not supported with|cannot be used with|"
+                r"is only supported (?:with|for|on)|must be divisible by|should be divisible by|"
+                r"is not divisible by|is not equal to micro_batch")),
     (FailureKind.PYTHON_EXCEPTION, ("illegal memory access", "device-side assert", "Segmentation fault",
                                     "CUBLAS_STATUS_EXECUTION_FAILED", "CUDNN_STATUS_EXECUTION_FAILED",
                                     "unspecified launch failure", "core dumped", "SIGSEGV", "illegal instruction",
