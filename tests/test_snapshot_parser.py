@@ -229,7 +229,9 @@ def test_data_only_types_of_capture_hooks_become_builtins(tmp_path: Path) -> Non
 
     mod = types.ModuleType("torch.torch_version")
     mod.TorchVersion = TorchVersion
-    saved = {k: sys.modules.get(k) for k in ("torch.torch_version",)}
+    saved = {k: sys.modules.get(k) for k in ("torch", "torch.torch_version")}
+    if saved["torch"] is None:            # pickle imports the parent package first: stub it, do not import torch
+        sys.modules["torch"] = types.ModuleType("torch")
     sys.modules["torch.torch_version"] = mod
     try:
         path = write(tmp_path, {"segments": [], "oompost_meta": {

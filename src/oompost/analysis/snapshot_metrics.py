@@ -145,6 +145,47 @@ class TraceStart:
     allocated_at_start: int
 
 
+# ------------------------------------------------------------------ memo
+#
+# The metrics, the counterfactual replays, the top stacks and the segment map
+# all need the same few facts about one snapshot: the state at the OOM and at
+# the trace start (each a full backwards pass over the trace), whether the
+# trace starts mid-run (a forward pass), the settings.  They are pure functions
+# of the (immutable) snapshot, so each is computed once per snapshot and kept
+# here.  Only the most recent snapshot is remembered (``Snapshot`` has no
+# room for a cache of its own); ``forget`` drops it.
+
+_MEMO: dict[int, tuple[Snapshot, dict]] = {}
+
+
+def memo(snap: Snapshot) -> dict:
+    """The per-snapshot cache of derived facts (keys are the caller's)."""
+    ent = _MEMO.get(id(snap))
+    if ent is not None and ent[0] is snap:
+        return ent[1]
+    _MEMO.clear()
+    d: dict = {}
+    _MEMO[id(snap)] = (snap, d)
+    return d
+
+
+def forget(snap: Snapshot | None = None) -> None:
+    """Drop the cache (of ``snap`` only, when given) so the snapshot can be freed."""
+    if snap is None:
+        _MEMO.clear()
+    else:
+        _MEMO.pop(id(snap), None)
+
+
+def _cached(snap: Snapshot, key: tuple, make):  # type: ignore[no-untyped-def]
+    m = memo(snap)
+    try:
+        return m[key]
+    except KeyError:
+        v = m[key] = make()
+        return v
+
+
 # ------------------------------------------------------------------ helpers
 
 
@@ -166,6 +207,10 @@ def oom_index(trace: Sequence[TraceEvent]) -> int | None:
 
 def oom_device(snap: Snapshot) -> int:
     """The device whose trace holds an OOM (else the first device with segments, else 0)."""
+    return _cached(snap, ("oom_device",), lambda: _oom_device(snap))
+
+
+def _oom_device(snap: Snapshot) -> int:
     for d, t in enumerate(snap.traces):
         if any(e.action == "oom" for e in t):
             return d
@@ -188,6 +233,10 @@ def captured_at(snap: Snapshot, device: int | None = None) -> str:
 
 
 def settings_of(snap: Snapshot) -> AllocatorSettings:
+    return _cached(snap, ("settings",), lambda: _settings_of(snap))
+
+
+def _settings_of(snap: Snapshot) -> AllocatorSettings:
     s = AllocatorSettings.from_snapshot(snap.allocator_settings)
     if not snap.allocator_settings and any(seg.is_expandable for seg in snap.segments):
         s = s.with_conf("expandable_segments:True")
@@ -477,13 +526,20 @@ def state_after(snap: Snapshot, device: int, index: int,
                 settings: AllocatorSettings | None = None) -> tuple[tuple[Segment, ...], int]:
     """The device's segments as they were just after trace entry ``index``
     (``-1``: before the first entry).  Returns (segments, entries that did not
-    fit the layout) — a non-zero count means the reconstruction is approximate."""
+    fit the layout) — a non-zero count means the reconstruction is approximate.
+    Computed once per (device, index, settings) and snapshot."""
+    st = settings or settings_of(snap)
+    return _cached(snap, ("state_after", device, index, st), lambda: _state_after(snap, device, index, st))
+
+
+def _state_after(snap: Snapshot, device: int, index: int,
+                 settings: AllocatorSettings) -> tuple[tuple[Segment, ...], int]:
     trace = device_trace(snap, device)
     segs = device_segments(snap, device)
     if index >= len(trace) - 1:
         return tuple(segs), 0
-    layout = _Layout(segs, settings or settings_of(snap))
-    frames_of = _alloc_frames_for_frees(trace)
+    layout = _Layout(segs, settings)
+    frames_of = _cached(snap, ("frames_of", device), lambda: _alloc_frames_for_frees(trace))
     # free_completed undone first makes a block pending; its free_requested then makes it allocated.
     has_requested: set[int] = set()
     for i in range(len(trace) - 1, index, -1):
@@ -510,10 +566,15 @@ def state_after(snap: Snapshot, device: int, index: int,
 
 
 def trace_start(snap: Snapshot, device: int, settings: AllocatorSettings | None = None) -> TraceStart:
-    """Does the trace start at an empty allocator?  Cheap forward pass, no reconstruction."""
+    """Does the trace start at an empty allocator?  One forward pass, no reconstruction
+    (once per device, settings and snapshot)."""
+    st = settings or settings_of(snap)
+    return _cached(snap, ("trace_start", device, st), lambda: _trace_start(snap, device, st))
+
+
+def _trace_start(snap: Snapshot, device: int, s: AllocatorSettings) -> TraceStart:
     trace = device_trace(snap, device)
     segs = device_segments(snap, device)
-    s = settings or settings_of(snap)
     live: dict[int, int] = {}          # allocated in the trace, not yet free_requested: addr → rounded size
     pending: set[int] = set()          # free_requested, not yet free_completed
     orphan = 0
@@ -615,8 +676,13 @@ def oom_metrics(snap: Snapshot, request_bytes: int | None = None, limit_bytes: i
 
     ``request_bytes`` stands in for R when the trace has no ``oom`` entry (e.g.
     "Tried to allocate" from the log); ``limit_bytes`` is the ``allowed`` cap
-    from the OOM message when known."""
+    from the OOM message when known.  Computed once per arguments and snapshot."""
     dev = oom_device(snap) if device is None else device
+    return _cached(snap, ("oom_metrics", request_bytes, limit_bytes, dev),
+                   lambda: _oom_metrics(snap, request_bytes, limit_bytes, dev))
+
+
+def _oom_metrics(snap: Snapshot, request_bytes: int | None, limit_bytes: int | None, dev: int) -> SnapshotMetrics:
     settings = settings_of(snap)
     trace = device_trace(snap, dev)
     oi = oom_index(trace)
