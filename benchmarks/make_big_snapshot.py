@@ -10,9 +10,10 @@ closed loop, so repeating it any number of times, just before the state it
 returns to, gives a trace the real program could have produced: the segment
 events, the OOM, the final segments and therefore the verdict are those of the
 original.  Repeated entries are fresh dicts (their own ``time_us``, shifted by
-the loop's duration) that share the original's frame lists, as the C++
-pickler of ``torch.cuda.memory._snapshot()`` shares identical frames — so the
-file grows at the original's bytes per entry.
+the loop's duration) with their own frame lists of the original's frame
+dicts: a trace recorded for longer repeats its frames, not its lists, and
+this gives ~200 bytes per entry, as in issue 8's 467 MiB / 2.47 M-entry file
+(``--share-frame-lists`` shares the lists too: ~80 bytes per entry).
 
 The generated file is big: write it to a temporary directory, never commit it.
 """
@@ -94,7 +95,17 @@ def closed_loop(trace: list[dict]) -> tuple[int, int]:
     return best
 
 
-def extend(raw: dict, target_bytes: int, device: int | None = None) -> tuple[dict, dict[str, int]]:
+def _copy(e: dict, shift: int, share_lists: bool) -> dict:
+    c = dict(e)
+    if isinstance(c.get("time_us"), int):
+        c["time_us"] += shift
+    if not share_lists and isinstance(c.get("frames"), list):
+        c["frames"] = list(c["frames"])
+    return c
+
+
+def extend(raw: dict, target_bytes: int, device: int | None = None,
+           share_lists: bool = False) -> tuple[dict, dict[str, int]]:
     """A copy of ``raw`` whose trace repeats its longest closed loop until the
     pickle is about ``target_bytes``."""
     traces = raw["device_traces"]
@@ -105,7 +116,10 @@ def extend(raw: dict, target_bytes: int, device: int | None = None) -> tuple[dic
         raise SystemExit("no repeatable stretch found in the trace")
     base = len(_dumps(raw))
     loop = trace[start:end]
-    per_loop = len(_dumps([loop, [dict(e) for e in loop]])) - len(_dumps([loop]))
+    one = [_copy(e, 1, share_lists) for e in loop]
+    two = [_copy(e, 2, share_lists) for e in loop]
+    filler = [f"m{i}" for i in range(300)]    # memo indices past 255: 4-byte memo refs, as in a big file
+    per_loop = (len(_dumps([filler, loop, one, two])) - len(_dumps([filler, loop]))) // 2
     reps = max(1, (target_bytes - base) // max(per_loop, 1))
     t0 = next((e["time_us"] for e in loop if isinstance(e.get("time_us"), int)), 0)
     t1 = next((e["time_us"] for e in reversed(loop) if isinstance(e.get("time_us"), int)), t0)
@@ -114,17 +128,8 @@ def extend(raw: dict, target_bytes: int, device: int | None = None) -> tuple[dic
     out: list[dict] = list(trace[:end])
     for r in range(1, reps + 1):
         shift = r * dt
-        for e in loop:
-            c = dict(e)
-            if isinstance(c.get("time_us"), int):
-                c["time_us"] += shift
-            out.append(c)
-    tail_shift = reps * dt
-    for e in trace[end:]:
-        c = dict(e)
-        if isinstance(c.get("time_us"), int):
-            c["time_us"] += tail_shift
-        out.append(c)
+        out.extend(_copy(e, shift, share_lists) for e in loop)
+    out.extend(_copy(e, reps * dt, True) for e in trace[end:])
     new = dict(raw)
     new["device_traces"] = [out if d == dev else t for d, t in enumerate(traces)]
     return new, {"device": dev, "loop_start": start, "loop_end": end, "repeats": reps,
@@ -136,9 +141,10 @@ def main() -> int:
     ap.add_argument("source")
     ap.add_argument("out")
     ap.add_argument("--mb", type=float, default=500)
+    ap.add_argument("--share-frame-lists", action="store_true")
     a = ap.parse_args()
     raw = load_raw(a.source)
-    new, info = extend(raw, int(a.mb * 2**20))
+    new, info = extend(raw, int(a.mb * 2**20), share_lists=a.share_frame_lists)
     with open(a.out, "wb") as f:
         _Pickler(f, protocol=4).dump(new)
     info["bytes"] = os.path.getsize(a.out)

@@ -618,34 +618,53 @@ class _Prepared:
     (already filtered), the trace's own segment events, private-pool ranges,
     the address space to start at.  Built once per snapshot and device."""
 
-    __slots__ = ("trace", "steps", "seg_events", "private", "fixed", "has_completed", "base_addr")
+    __slots__ = ("trace", "sel", "kind", "seg_events", "private", "fixed", "has_completed", "base_addr")
 
     def __init__(self, snap: Snapshot, device: int) -> None:
+        import numpy as np
+
         trace = device_trace(snap, device)
         segs_final = device_segments(snap, device)
         self.trace = trace
         private = _private_ranges(segs_final)
         self.private = private
         self.fixed = sum(hi - lo for lo, hi in private)
-        max_addr = max([s.address + s.total_size for s in segs_final] + [e.addr + e.size for e in trace] + [0])
+        n = len(trace)
+        max_addr = max([s.address + s.total_size for s in segs_final] + [0])
+        if n:
+            max_addr = max(max_addr, int((trace.addr + trace.size).max()))
         self.base_addr = ceil_to(max_addr + (1 << 40), _ADDR_ALIGN)
-        self.has_completed = any(e.action == "free_completed" for e in trace)
-        # (index, kind, addr, size, stream): kind 0 alloc, 1 free_requested, 2 free_completed, 3 oom
-        steps: list[tuple[int, int, int, int, int]] = []
-        seg_events: list[tuple[int, str, int]] = []
-        kinds = _KINDS
-        for i, e in enumerate(trace):
-            a = e.action
-            k = kinds.get(a)
-            if k is None:
-                if a in _SEG_ACTIONS and not (private and _in_ranges(private, e.addr)):
-                    seg_events.append((i, a, e.size))
-                continue
-            if e.pool_id not in (None, (0, 0)) or (private and k != 3 and _in_ranges(private, e.addr)):
-                continue
-            steps.append((i, k, e.addr, e.size, e.stream))
-        self.steps = steps
-        self.seg_events = seg_events
+        code = trace.code_of
+        self.has_completed = code("free_completed") >= 0 and bool(np.any(trace.action == code("free_completed")))
+        kind = np.full(256, -1, np.int8)             # action code → 0 alloc, 1 free_requested, 2 free_completed, 3 oom
+        seg = np.zeros(256, bool)
+        for a, k in _KINDS.items():
+            if code(a) >= 0:
+                kind[code(a)] = k
+        for a in _SEG_ACTIONS:
+            if code(a) >= 0:
+                seg[code(a)] = True
+        k = kind[trace.action]
+        in_private = np.zeros(n, bool)
+        for lo, hi in private:
+            in_private |= (trace.addr >= lo) & (trace.addr < hi)
+        seg_sel = np.flatnonzero(seg[trace.action] & ~in_private)
+        self.seg_events = list(zip(seg_sel.tolist(), [trace.actions[c] for c in trace.action[seg_sel].tolist()],
+                                   trace.size[seg_sel].tolist()))
+        keep = (k >= 0) & ~(in_private & (k != 3))
+        for i, (_, pid, _) in trace.extra.items():      # entries of a private pool (torch > 2.11 records it)
+            if pid is not None and pid != (0, 0):
+                keep[i] = False
+        self.sel = np.flatnonzero(keep)
+        self.kind = k
+
+    def steps(self, chunk: int = 1 << 16):  # type: ignore[no-untyped-def]
+        """(index, kind, addr, size, stream) of every entry to replay, built a chunk at a time."""
+        t, sel, kind = self.trace, self.sel, self.kind
+        for lo in range(0, len(sel), chunk):
+            s = sel[lo:lo + chunk]
+            yield from zip(s.tolist(), kind[s].tolist(), t.addr[s].tolist(), t.size[s].tolist(),
+                           t.stream[s].tolist())
 
 
 _KINDS = {"alloc": 0, "free_requested": 1, "free_completed": 2, "oom": 3}
@@ -812,12 +831,12 @@ def replay_many(snap: Snapshot, runs: Sequence[tuple[AllocatorSettings | str | M
     if len(active) == 1:
         r = active[0]
         step = r.step
-        for i, k, addr, size, stream in prep.steps:
+        for i, k, addr, size, stream in prep.steps():
             step(i, k, addr, size, stream)
             if r.done:
                 break
     else:
-        for i, k, addr, size, stream in prep.steps:
+        for i, k, addr, size, stream in prep.steps():
             stopped = False
             for r in active:
                 r.step(i, k, addr, size, stream)
