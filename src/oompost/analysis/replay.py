@@ -906,6 +906,7 @@ def _candidates(rec: AllocatorSettings, has_cap: bool) -> list[tuple[str, Alloca
 
 
 _BISECT_STEPS = 6
+REPORT_TIME_FROM_S = 1.0
 
 
 def _min_fitting_cap(snap: Snapshot, st: AllocatorSettings, lo: int, hi: int, db: int | float | None,
@@ -983,7 +984,9 @@ def counterfactuals(snap: Snapshot, cap: int | None = None, device_bytes: int | 
     elapsed = time.perf_counter() - t0
     n = len(results) + sum(_BISECT_STEPS for c in out if c.oom and "fits only if" in c.note)
     timing = (f"{n} allocator replays of {len(device_trace(snap, dev)):,} trace entries "
-              f"({len(results)} in one shared pass) took {elapsed:.2f} s")
+              f"({len(results)} in one shared pass)")
+    if elapsed >= REPORT_TIME_FROM_S:   # whole seconds, and only when it matters: reports of small inputs stay diffable
+        timing += f" took {elapsed:.0f} s"
     if out:
         out[0] = replace(out[0], note=f"{out[0].note}; {timing}" if out[0].note else timing, elapsed_s=elapsed)
     return out
