@@ -825,9 +825,84 @@ def replay_many(snap: Snapshot, runs: Sequence[tuple[AllocatorSettings | str | M
     recorded = settings_of(snap)
     prep = _prepared(snap, device)
     avail = _avail(snap, device, device_bytes)
-    active = [_Run(snap, prep, recorded, recorded if s is None else AllocatorSettings.coerce(s), c, avail, device)
-              for s, c in runs]
-    every = list(active)
+    every = [_Run(snap, prep, recorded, recorded if s is None else AllocatorSettings.coerce(s), c, avail, device)
+             for s, c in runs]
+    jobs = _jobs(len(every), len(prep.sel))
+    if jobs > 1:
+        done = _in_processes(every, prep, recorded, avail, jobs)
+        if done is not None:
+            return done
+    _pass(every, prep)
+    return [r.result(prep, recorded, avail) for r in every]
+
+
+PARALLEL_FROM_ENTRIES = 200_000     # below this a process costs more than it saves
+
+
+def _jobs(runs: int, entries: int) -> int:
+    """How many processes share the replays: one per core (OOMPOST_JOBS overrides),
+    for long traces only, and only where ``fork`` shares the columns for free."""
+    import multiprocessing
+    import os
+
+    if runs < 2 or entries < PARALLEL_FROM_ENTRIES or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    try:
+        want = int(os.environ.get("OOMPOST_JOBS", "0"))
+    except ValueError:
+        want = 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(runs, want if want > 0 else cores))
+
+
+def _in_processes(every: list["_Run"], prep: _Prepared, recorded: AllocatorSettings, avail: float,
+                  jobs: int) -> list[ReplayResult] | None:
+    """The runs dealt round-robin to ``jobs`` groups; each group is one shared pass,
+    in a forked child (the trace columns and the starting layouts are shared
+    copy-on-write) except the last, which runs here.  None if a child fails:
+    the caller then replays everything in this process."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    groups = [list(range(g, len(every), jobs)) for g in range(jobs)]
+    children = []
+    for g in groups[:-1]:
+        recv, send = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_child, args=([every[i] for i in g], prep, recorded, avail, send), daemon=True)
+        p.start()
+        send.close()
+        children.append((g, p, recv))
+    mine = [every[i] for i in groups[-1]]
+    _pass(mine, prep)
+    out: list[ReplayResult | None] = [None] * len(every)
+    for i, r in zip(groups[-1], mine):
+        out[i] = r.result(prep, recorded, avail)
+    ok = True
+    for g, p, recv in children:
+        try:
+            res = recv.recv()       # our own child's results (ReplayResult records), never user data
+        except (EOFError, OSError):
+            res = None
+        p.join()
+        if not isinstance(res, list) or len(res) != len(g):
+            ok = False
+            continue
+        for i, r in zip(g, res):
+            out[i] = r
+    return out if ok else None  # type: ignore[return-value]
+
+
+def _child(runs: list["_Run"], prep: _Prepared, recorded: AllocatorSettings, avail: float, send) -> None:  # type: ignore[no-untyped-def]
+    try:
+        _pass(runs, prep)
+        send.send([r.result(prep, recorded, avail) for r in runs])
+    finally:
+        send.close()
+
+
+def _pass(every: list["_Run"], prep: _Prepared) -> None:
+    """One pass over the prepared entries, each handed to every run still going."""
+    active = list(every)
     if len(active) == 1:
         r = active[0]
         step = r.step
@@ -845,7 +920,6 @@ def replay_many(snap: Snapshot, runs: Sequence[tuple[AllocatorSettings | str | M
                 active = [r for r in active if not r.done]
                 if not active:
                     break
-    return [r.result(prep, recorded, avail) for r in every]
 
 
 def _seed_fresh(sim: _Alloc, segments: list[Segment], live: dict[int, _Blk]) -> int:
@@ -906,7 +980,7 @@ def _candidates(rec: AllocatorSettings, has_cap: bool) -> list[tuple[str, Alloca
 
 
 _BISECT_STEPS = 6
-REPORT_TIME_FROM_S = 1.0
+REPORT_TIME_FROM_S = 5.0
 
 
 def _min_fitting_cap(snap: Snapshot, st: AllocatorSettings, lo: int, hi: int, db: int | float | None,
@@ -983,8 +1057,9 @@ def counterfactuals(snap: Snapshot, cap: int | None = None, device_bytes: int | 
                                   matches_trace=r0.matches_trace if baseline else None))
     elapsed = time.perf_counter() - t0
     n = len(results) + sum(_BISECT_STEPS for c in out if c.oom and "fits only if" in c.note)
+    jobs = _jobs(len(results), len(_prepared(snap, dev).sel))
     timing = (f"{n} allocator replays of {len(device_trace(snap, dev)):,} trace entries "
-              f"({len(results)} in one shared pass)")
+              f"({len(results)} sharing " + ("one pass" if jobs == 1 else f"{jobs} passes in {jobs} processes") + ")")
     if elapsed >= REPORT_TIME_FROM_S:   # whole seconds, and only when it matters: reports of small inputs stay diffable
         timing += f" took {elapsed:.0f} s"
     if out:
