@@ -189,6 +189,7 @@ class _Alloc:
         self.events: list[SimSegmentEvent] = []
         self.index = -1
         self.pending: dict[int, _Blk] = {}          # id(blk) → blk: free requested, not completed
+        self.sizes: dict[int, tuple[int, int]] = {}  # request → (rounded, segment size): traces repeat sizes
 
     # ---- pools
     def _insert_free(self, b: _Blk) -> None:
@@ -224,10 +225,12 @@ class _Alloc:
 
     # ---- malloc
     def malloc(self, req: int, stream: int) -> _Blk | None:
-        s = self.s
-        n = s.round(req)
+        r = self.sizes.get(req)
+        if r is None:
+            n = self.s.round(req)
+            r = self.sizes[req] = (n, self.s.alloc_size(n))
+        n, asz = r
         small = n <= KSMALL_SIZE
-        asz = s.alloc_size(n)
         b = self._get_free_block(n, stream, small)
         if b is None:
             if self.gc_on:

@@ -620,7 +620,7 @@ def _trace_start(snap: Snapshot, device: int, s: AllocatorSettings) -> TraceStar
     seg_delta = int(np.dot(_segment_signs(trace), trace.size)) if len(trace) else 0
     A, RQ, CP = trace.code_of("alloc"), trace.code_of("free_requested"), trace.code_of("free_completed")
     sel = np.flatnonzero(np.isin(trace.action, [c for c in (A, RQ, CP) if c >= 0]))
-    rnd = s.round
+    rnd = s.rounder()
     for a, addr, size in zip(trace.action[sel].tolist(), trace.addr[sel].tolist(), trace.size[sel].tolist()):
         if a == A:
             sz = rnd(size)
@@ -836,7 +836,7 @@ def timeline(snap: Snapshot, device: int = 0, max_points: int = 600) -> list[Tim
     sel = np.flatnonzero(np.isin(trace.action, [c for c in (AL, RQ, CP) if c >= 0]))
     sizes: dict[int, int] = {}
     pending: set[int] = set()
-    rnd = settings.round
+    rnd = settings.rounder()
     for i, a, addr, size in zip(sel.tolist(), trace.action[sel].tolist(), trace.addr[sel].tolist(),
                                 trace.size[sel].tolist()):
         if a == AL:
