@@ -4,14 +4,13 @@ individual rules of reference/allocator.md against hand-computed traces."""
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from oompost.analysis.allocator_rules import AllocatorSettings, allocation_size, round_size
-from oompost.analysis.replay import counterfactuals, default_device_bytes, replay
+from oompost.analysis.replay import counterfactuals, default_device_bytes, replay, replay_many
 from oompost.model import Snapshot, TraceEvent
 from oompost.parsers.snapshot import load_snapshot
 
@@ -383,12 +382,43 @@ def _synthetic(n: int, seed: int = 0) -> Snapshot:
     return t.snapshot()
 
 
-def test_100k_events_replay_quickly() -> None:
+def test_100k_events_replay() -> None:
+    """(How fast: benchmarks/snapshot_speed.py.)"""
     s = _synthetic(100_000)
     for conf in ("", "expandable_segments:True"):
-        t0 = time.perf_counter()
         r = replay(s, conf, device_bytes=INF)
-        dt = time.perf_counter() - t0
         assert r.events_replayed >= 100_000 and not r.oom
         assert r.peak_reserved >= r.peak_allocated > 0
-        assert dt < 5.0, f"{conf or 'defaults'}: {dt:.2f}s"
+
+
+CONFS = ("", "expandable_segments:True", "max_split_size_mb:128", "garbage_collection_threshold:0.6,max_split_size_mb:128")
+
+
+def test_one_shared_pass_gives_the_results_of_separate_replays(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = _synthetic(30_000, seed=3)
+    runs = [(c, cap) for c in CONFS for cap in (None, 300 * MiB)]
+    monkeypatch.setenv("OOMPOST_JOBS", "1")
+    alone = [replay(s, c, cap=cap, device_bytes=INF) for c, cap in runs]
+    shared = replay_many(s, runs, device_bytes=INF)
+    assert shared == alone
+    assert any(r.oom for r in alone) and not all(r.oom for r in alone)   # the runs do stop at different entries
+
+
+def test_replays_in_processes_give_the_same_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    import oompost.analysis.replay as rp
+
+    s = _synthetic(30_000, seed=4)
+    runs = [(c, cap) for c in CONFS for cap in (None, 300 * MiB)]
+    monkeypatch.setenv("OOMPOST_JOBS", "1")
+    alone = replay_many(s, runs, device_bytes=INF)
+    monkeypatch.setenv("OOMPOST_JOBS", "3")
+    monkeypatch.setattr(rp, "PARALLEL_FROM_ENTRIES", 0)
+    assert rp._jobs(len(runs), 30_000) == 3
+    assert replay_many(s, runs, device_bytes=INF) == alone
+
+
+def test_counterfactual_note_says_how_much_was_replayed(native: Snapshot) -> None:
+    cfs = counterfactuals(native, cap=2 * GiB)
+    assert f"{len(cfs)} allocator replays of {len(native.traces[0]):,} trace entries" in cfs[0].note
+    assert cfs[0].elapsed_s is not None and cfs[0].elapsed_s >= 0
+    assert all(c.elapsed_s is None for c in cfs[1:])

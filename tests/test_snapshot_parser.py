@@ -6,12 +6,14 @@ import gzip
 import os
 import pickle
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from oompost.errors import HostilePickleError, SnapshotError
-from oompost.parsers.snapshot import RestrictedUnpickler, load_snapshot, loads_restricted
+from oompost.model import Frame
+from oompost.parsers.snapshot import RestrictedUnpickler, decode_snapshot, load_snapshot, loads_restricted
 
 DATA = Path(__file__).parent / "data" / "snapshots"
 NATIVE = DATA / "torch2.11_native_fragmentation_oom_observer.pickle.gz"
@@ -229,7 +231,9 @@ def test_data_only_types_of_capture_hooks_become_builtins(tmp_path: Path) -> Non
 
     mod = types.ModuleType("torch.torch_version")
     mod.TorchVersion = TorchVersion
-    saved = {k: sys.modules.get(k) for k in ("torch.torch_version",)}
+    saved = {k: sys.modules.get(k) for k in ("torch", "torch.torch_version")}
+    if saved["torch"] is None:            # pickle imports the parent package first: stub it, do not import torch
+        sys.modules["torch"] = types.ModuleType("torch")
     sys.modules["torch.torch_version"] = mod
     try:
         path = write(tmp_path, {"segments": [], "oompost_meta": {
@@ -327,3 +331,50 @@ def test_wrong_top_level(tmp_path: Path, obj: object) -> None:
     with pytest.raises(SnapshotError) as ei:
         load_snapshot(write(tmp_path, obj))
     assert not isinstance(ei.value, HostilePickleError)
+
+
+# ------------------------------------------------------------------ columns
+
+
+def _entries(n: int) -> list[dict]:
+    frames_a = [{"name": "f", "filename": "a.py", "line": 1}, {"name": "g", "filename": "b.py", "line": 2}]
+    frames_b = [{"name": "h", "filename": "c.py", "line": 3}]
+    out = []
+    for i in range(n):
+        addr = 0x7F0000000000 + (i // 3) * 4096
+        action = ("alloc", "free_requested", "free_completed")[i % 3]
+        out.append({"action": action, "addr": addr, "size": 512 * (1 + i % 7), "stream": 0, "time_us": 10 * i,
+                    "frames": list(frames_a if i % 2 else frames_b)})      # a fresh list of shared frame dicts
+    out.append({"action": "oom", "addr": 0, "size": 1 << 30, "stream": 0, "time_us": None, "device_free": 123,
+                "frames": []})
+    return out
+
+
+def test_trace_is_columns_that_read_back_as_events() -> None:
+    """The C-level column path and the tolerant entry-by-entry path agree, across chunk borders."""
+    from oompost.model import Trace, TraceEvent
+    from oompost.parsers import snapshot as sp
+
+    raw = {"segments": [], "device_traces": [_entries(3 * sp._CHUNK + 5)]}
+    fast = decode_snapshot(raw).traces[0]
+    bad = _entries(3 * sp._CHUNK + 5)
+    bad[7]["size"] = "1024"                 # a string number: its chunk takes the tolerant path
+    slow = decode_snapshot({"segments": [], "device_traces": [bad]}).traces[0]
+    assert isinstance(fast, Trace) and len(fast) == len(slow) == 3 * sp._CHUNK + 6
+    assert slow[7].size == 1024
+    for i in (0, 1, 2, sp._CHUNK - 1, sp._CHUNK, 2 * sp._CHUNK + 1, len(fast) - 1):
+        assert fast[i] == (replace(slow[i], size=fast[i].size) if i == 7 else slow[i])
+    assert fast[1].frames == (Frame("a.py", 1, "f"), Frame("b.py", 2, "g"))
+    assert fast[-1] == TraceEvent("oom", 0, 1 << 30, 0, None, (), device_free=123)
+    assert len(fast.stacks) == 3                      # empty + the two distinct stacks, not one per entry
+    assert fast.size.dtype.name == "int64" and not fast.size.flags.writeable
+    assert [e.action for e in fast[:3]] == ["alloc", "free_requested", "free_completed"]
+
+
+def test_loading_frees_the_raw_entries_as_it_goes() -> None:
+    entries = _entries(1000)
+    raw = {"segments": [], "device_traces": [entries]}
+    decode_snapshot(raw)
+    assert len(entries) == 1001                       # decode_snapshot leaves a caller's data alone
+    snap = decode_snapshot(raw, consume=True)
+    assert entries == [] and len(snap.traces[0]) == 1001

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 
 import click
 
@@ -48,9 +47,33 @@ class LazyGroup(click.Group):
     so ``oompost analyze`` does not pay for DeepSpeed's config tables."""
 
     LAZY = {"estimate": "oompost.commands.estimate:estimate", "check": "oompost.commands.check:check"}
+    # The one-line help ``oompost --help`` lists, so that listing the commands
+    # imports none of them (the memory model and the lint tables cost ~0.2 s);
+    # tests/test_startup.py checks these against the commands' own docstrings.
+    LAZY_HELP = {
+        "estimate": "Per-GPU memory breakdown of a training set-up and whether it fits.",
+        "check": 'Validate CONFIG with the installed DeepSpeed and lint it: typos, keys that do nothing at this '
+                 'stage, "auto" leftovers, batch arithmetic, risky buffer sizes.',
+    }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.LAZY])
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's listing, with the lazy commands' help taken from LAZY_HELP."""
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.LAZY_HELP:
+                rows.append((name, self.LAZY_HELP[name]))
+                continue
+            cmd = super().get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd))
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, _short(h, limit) if isinstance(h, str) else h.get_short_help_str(limit))
+                                    for name, h in rows])
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.LAZY:
@@ -59,6 +82,13 @@ class LazyGroup(click.Group):
             mod, attr = self.LAZY[name].split(":")
             return getattr(importlib.import_module(mod), attr)
         return super().get_command(ctx, name)
+
+
+def _short(text: str, limit: int) -> str:
+    """click's own shortening of a help text to ``limit`` characters."""
+    from click.utils import make_default_short_help
+
+    return make_default_short_help(text, limit)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -91,6 +121,8 @@ def analyze(paths: tuple[str, ...], ds_config: str | None, output: str, fmt: str
         click.echo(f"oompost: {e}", err=True)
         sys.exit(e.exit_code)
     except Exception:  # an internal bug: say so, keep the traceback for the ticket
+        import traceback
+
         click.echo("oompost: internal error (please report it with the inputs):", err=True)
         traceback.print_exc()
         sys.exit(EXIT_INTERNAL)

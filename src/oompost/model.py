@@ -275,13 +275,128 @@ class TraceEvent:
     user_metadata: str = ""                    # torch.cuda.memory._set_memory_metadata (>= 2.10)
 
 
+NO_TIME = -(1 << 63)                           # Trace.time_us where an entry has none
+
+
+class Trace:
+    """One device's allocator trace as columns: a sequence of ``TraceEvent``
+    that holds no Python object per entry.
+
+    ``action`` (uint8 codes into ``actions``), ``addr``, ``size``, ``stream``,
+    ``time_us`` (int64; ``NO_TIME`` where absent) and ``stack`` (int32 index into
+    ``stacks``, whose entry 0 is the empty stack) are read-only numpy arrays of
+    one length; the rare per-entry extras (``device_free`` of ``oom`` entries,
+    ``pool_id``, ``user_metadata``) live in ``extra``, keyed by index.  Indexing
+    and iterating build ``TraceEvent`` records on demand; analyses read the
+    columns.  Immutable like the rest of the model."""
+
+    __slots__ = ("action", "addr", "size", "stream", "time_us", "stack", "actions", "stacks", "extra")
+
+    def __init__(self, action: Any, addr: Any, size: Any, stream: Any, time_us: Any, stack: Any,
+                 actions: tuple[str, ...], stacks: tuple[tuple[Frame, ...], ...],
+                 extra: dict[int, tuple[int | None, tuple[int, int] | None, str]] | None = None) -> None:
+        for name, col in (("action", action), ("addr", addr), ("size", size), ("stream", stream),
+                          ("time_us", time_us), ("stack", stack)):
+            col.flags.writeable = False
+            object.__setattr__(self, name, col)
+        object.__setattr__(self, "actions", tuple(actions))
+        object.__setattr__(self, "stacks", tuple(stacks))
+        object.__setattr__(self, "extra", dict(extra or {}))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Trace is immutable")
+
+    @classmethod
+    def from_events(cls, events: Any) -> "Trace":
+        """Columns from ``TraceEvent`` records (tests, legacy decoders)."""
+        import numpy as np
+
+        events = list(events)
+        codes: dict[str, int] = {}
+        stacks: dict[tuple[Frame, ...], int] = {(): 0}
+        extra: dict[int, tuple[int | None, tuple[int, int] | None, str]] = {}
+        for i, e in enumerate(events):
+            codes.setdefault(e.action, len(codes))
+            stacks.setdefault(e.frames, len(stacks))
+            if e.device_free is not None or e.pool_id is not None or e.user_metadata:
+                extra[i] = (e.device_free, e.pool_id, e.user_metadata)
+        n = len(events)
+        return cls(np.fromiter((codes[e.action] for e in events), np.uint8, n),
+                   np.fromiter((e.addr for e in events), np.int64, n),
+                   np.fromiter((e.size for e in events), np.int64, n),
+                   np.fromiter((e.stream for e in events), np.int64, n),
+                   np.fromiter((NO_TIME if e.time_us is None else e.time_us for e in events), np.int64, n),
+                   np.fromiter((stacks[e.frames] for e in events), np.int32, n),
+                   tuple(codes), tuple(stacks), extra)
+
+    def __len__(self) -> int:
+        return len(self.action)
+
+    def __bool__(self) -> bool:
+        return len(self.action) > 0
+
+    def event(self, i: int) -> TraceEvent:
+        t = int(self.time_us[i])
+        df, pid, um = self.extra.get(i, (None, None, ""))
+        return TraceEvent(self.actions[self.action[i]], int(self.addr[i]), int(self.size[i]), int(self.stream[i]),
+                          None if t == NO_TIME else t, self.stacks[self.stack[i]], df, pid, um)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return tuple(self.event(k) for k in range(start, stop, step))
+            return Trace(self.action[start:stop], self.addr[start:stop], self.size[start:stop],
+                         self.stream[start:stop], self.time_us[start:stop], self.stack[start:stop], self.actions,
+                         self.stacks, {k - start: v for k, v in self.extra.items() if start <= k < stop})
+        n = len(self)
+        k = int(i)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError("trace index out of range")
+        return self.event(k)
+
+    def __iter__(self) -> Any:
+        for k in range(len(self)):
+            yield self.event(k)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Trace):
+            other = tuple(other)
+        if not isinstance(other, (tuple, list)):
+            return NotImplemented
+        return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = object.__hash__
+
+    def __add__(self, other: Any) -> tuple[TraceEvent, ...]:
+        return tuple(self) + tuple(other)
+
+    def __radd__(self, other: Any) -> tuple[TraceEvent, ...]:
+        return tuple(other) + tuple(self)
+
+    def __repr__(self) -> str:
+        return f"Trace({len(self)} entries)"
+
+    def code_of(self, action: str) -> int:
+        """The column code of ``action`` (-1 when the trace has no such entry)."""
+        try:
+            return self.actions.index(action)
+        except ValueError:
+            return -1
+
+    def codes_of(self, *actions: str) -> list[int]:
+        return [c for c in (self.code_of(a) for a in actions) if c >= 0]
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """A ``torch.cuda.memory._snapshot()`` pickle, decoded into typed records."""
 
     path: str
     segments: tuple[Segment, ...]
-    traces: tuple[tuple[TraceEvent, ...], ...]          # per device
+    traces: tuple[Trace, ...]                            # per device (a Trace is a sequence of TraceEvent)
     allocator_settings: dict[str, Any]
     meta: dict[str, Any]                                 # oompost_meta / capture extras
     format: str = ""                                     # "dict" | "segments_only" | "legacy_history"

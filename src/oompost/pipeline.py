@@ -40,8 +40,12 @@ def analyze(paths: str | Iterable[str], ds_config: str | None = None) -> Report:
         paths = [paths]
     from .dsconfig.validate import prefetch
 
-    prefetch()                     # DeepSpeed's import overlaps the parsing (used to validate a rerun config)
-    ev = parse_paths(list(paths), ds_config=ds_config)
+    paths = list(paths)
+    if _config_file_given(paths, ds_config):
+        prefetch()                 # DeepSpeed's import overlaps the parsing (it validates the rerun config)
+    ev = parse_paths(paths, ds_config=ds_config)
+    if ev.ds_configs:
+        prefetch()                 # a config dumped in a log: overlap the import with the analysis instead
     usable = [i for i in ev.inputs if i.kind is not InputKind.UNKNOWN and not (
         i.kind is InputKind.SNAPSHOT and not ev.snapshots)]
     if not usable:
@@ -49,6 +53,22 @@ def analyze(paths: str | Iterable[str], ds_config: str | None = None) -> Report:
                             for i in ev.inputs) or "no files found"
         raise InputError(f"nothing usable in the inputs ({reasons})")
     return report_from_evidence(ev)
+
+
+def _config_file_given(paths: list[str], ds_config: str | None) -> bool:
+    """Whether a ds_config file is among the inputs (sniffing reads only file heads).  Without a
+    config there is nothing for DeepSpeed to validate, so no process importing it is started."""
+    from .sources import expand_paths, sniff
+
+    if ds_config is not None:
+        return True
+    for p in expand_paths(paths):
+        try:
+            if sniff(p).kind == InputKind.DS_CONFIG:
+                return True
+        except InputError:
+            continue
+    return False
 
 
 def report_from_evidence(ev: Evidence) -> Report:

@@ -9,7 +9,7 @@ pytorch.md §1.6/§5.1 to the byte: an off-by-one in ``round_size`` or in the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -69,6 +69,29 @@ def allocation_size(rounded: int, large_segment: int = KLARGE_BUFFER) -> int:
     if rounded < KMIN_LARGE_ALLOC:
         return large_segment
     return ceil_to(rounded, KROUND_LARGE)
+
+
+_ROUNDERS: dict[tuple[int, ...], Callable[[int], int]] = {}
+_ROUND_CACHE_MAX = 1 << 20
+
+
+def _rounder(divisions: tuple[int, ...]) -> Callable[[int], int]:
+    """A ``round_size`` for these divisions that remembers the sizes it has seen."""
+    f = _ROUNDERS.get(divisions)
+    if f is None:
+        div = divisions if any(divisions) else ()
+        cache: dict[int, int] = {}
+
+        def f(size: int) -> int:
+            r = cache.get(size)
+            if r is None:
+                if len(cache) >= _ROUND_CACHE_MAX:
+                    cache.clear()
+                r = cache[size] = round_size(size, div)
+            return r
+
+        _ROUNDERS[divisions] = f
+    return f
 
 
 # ----------------------------------------------------------------- settings
@@ -187,7 +210,11 @@ class AllocatorSettings:
         return float("inf") if self.max_split_size is None else self.max_split_size
 
     def round(self, size: int) -> int:
-        return round_size(size, self.roundup_power2_divisions if any(self.roundup_power2_divisions) else ())
+        return _rounder(self.roundup_power2_divisions)(size)
+
+    def rounder(self) -> Callable[[int], int]:
+        """``round`` as a memoising function (traces repeat their sizes): for hot loops."""
+        return _rounder(self.roundup_power2_divisions)
 
     def alloc_size(self, rounded: int) -> int:
         return allocation_size(rounded, self.large_segment_size)

@@ -73,7 +73,9 @@ def _snapshot_for(ev: Evidence, rank: int | None) -> Snapshot | None:
         for s in ev.snapshots:
             if s.meta.get("rank") == rank:
                 return s
-    with_oom = [s for s in ev.snapshots if any(e.action == "oom" for t in s.traces for e in t)]
+    from .snapshot_metrics import has_oom
+
+    with_oom = [s for s in ev.snapshots if has_oom(s)]
     return (with_oom or list(ev.snapshots))[0]
 
 

@@ -31,7 +31,8 @@ the block object.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -44,6 +45,7 @@ from .snapshot_metrics import (
     PENDING,
     device_segments,
     device_trace,
+    memo,
     oom_device,
     oom_index,
     oom_metrics,
@@ -118,6 +120,7 @@ class Counterfactual:
     peak_allocated_bytes: int = 0
     cap_bytes: int | None = None
     matches_trace: bool | None = None
+    elapsed_s: float | None = None  # on the first counterfactual: wall time of all the replays
 
     @property
     def label(self) -> str:
@@ -127,7 +130,7 @@ class Counterfactual:
         return {"setting": self.setting, "oom": self.oom, "peak_reserved_bytes": self.peak_reserved_bytes,
                 "note": self.note, "baseline": self.baseline, "oom_index": self.oom_index,
                 "peak_allocated_bytes": self.peak_allocated_bytes, "cap_bytes": self.cap_bytes,
-                "matches_trace": self.matches_trace}
+                "matches_trace": self.matches_trace, "elapsed_s": self.elapsed_s}
 
 
 # ---------------------------------------------------------------- the model
@@ -186,6 +189,7 @@ class _Alloc:
         self.events: list[SimSegmentEvent] = []
         self.index = -1
         self.pending: dict[int, _Blk] = {}          # id(blk) → blk: free requested, not completed
+        self.sizes: dict[int, tuple[int, int]] = {}  # request → (rounded, segment size): traces repeat sizes
 
     # ---- pools
     def _insert_free(self, b: _Blk) -> None:
@@ -221,10 +225,12 @@ class _Alloc:
 
     # ---- malloc
     def malloc(self, req: int, stream: int) -> _Blk | None:
-        s = self.s
-        n = s.round(req)
+        r = self.sizes.get(req)
+        if r is None:
+            n = self.s.round(req)
+            r = self.sizes[req] = (n, self.s.alloc_size(n))
+        n, asz = r
         small = n <= KSMALL_SIZE
-        asz = s.alloc_size(n)
         b = self._get_free_block(n, stream, small)
         if b is None:
             if self.gc_on:
@@ -610,6 +616,199 @@ def _in_ranges(ranges: list[tuple[int, int]], addr: int) -> bool:
     return i >= 0 and ranges[i][0] <= addr < ranges[i][1]
 
 
+class _Prepared:
+    """What every replay of one device's trace shares: the entries to replay
+    (already filtered), the trace's own segment events, private-pool ranges,
+    the address space to start at.  Built once per snapshot and device."""
+
+    __slots__ = ("trace", "sel", "kind", "seg_events", "private", "fixed", "has_completed", "base_addr")
+
+    def __init__(self, snap: Snapshot, device: int) -> None:
+        import numpy as np
+
+        trace = device_trace(snap, device)
+        segs_final = device_segments(snap, device)
+        self.trace = trace
+        private = _private_ranges(segs_final)
+        self.private = private
+        self.fixed = sum(hi - lo for lo, hi in private)
+        n = len(trace)
+        max_addr = max([s.address + s.total_size for s in segs_final] + [0])
+        if n:
+            max_addr = max(max_addr, int((trace.addr + trace.size).max()))
+        self.base_addr = ceil_to(max_addr + (1 << 40), _ADDR_ALIGN)
+        code = trace.code_of
+        self.has_completed = code("free_completed") >= 0 and bool(np.any(trace.action == code("free_completed")))
+        kind = np.full(256, -1, np.int8)             # action code → 0 alloc, 1 free_requested, 2 free_completed, 3 oom
+        seg = np.zeros(256, bool)
+        for a, k in _KINDS.items():
+            if code(a) >= 0:
+                kind[code(a)] = k
+        for a in _SEG_ACTIONS:
+            if code(a) >= 0:
+                seg[code(a)] = True
+        k = kind[trace.action]
+        in_private = np.zeros(n, bool)
+        for lo, hi in private:
+            in_private |= (trace.addr >= lo) & (trace.addr < hi)
+        seg_sel = np.flatnonzero(seg[trace.action] & ~in_private)
+        self.seg_events = list(zip(seg_sel.tolist(), [trace.actions[c] for c in trace.action[seg_sel].tolist()],
+                                   trace.size[seg_sel].tolist()))
+        keep = (k >= 0) & ~(in_private & (k != 3))
+        for i, (_, pid, _) in trace.extra.items():      # entries of a private pool (torch > 2.11 records it)
+            if pid is not None and pid != (0, 0):
+                keep[i] = False
+        self.sel = np.flatnonzero(keep)
+        self.kind = k
+
+    def steps(self, chunk: int = 1 << 16):  # type: ignore[no-untyped-def]
+        """(index, kind, addr, size, stream) of every entry to replay, built a chunk at a time."""
+        t, sel, kind = self.trace, self.sel, self.kind
+        for lo in range(0, len(sel), chunk):
+            s = sel[lo:lo + chunk]
+            yield from zip(s.tolist(), kind[s].tolist(), t.addr[s].tolist(), t.size[s].tolist(),
+                           t.stream[s].tolist())
+
+
+_KINDS = {"alloc": 0, "free_requested": 1, "free_completed": 2, "oom": 3}
+_SEG_ACTIONS = frozenset({"segment_alloc", "segment_free", "segment_map", "segment_unmap"})
+
+
+def _prepared(snap: Snapshot, device: int) -> _Prepared:
+    m = memo(snap)
+    key = ("replay_prepared", device)
+    p = m.get(key)
+    if p is None:
+        p = m[key] = _Prepared(snap, device)
+    return p
+
+
+class _Run:
+    """One replay in progress: a simulated allocator and its bookkeeping."""
+
+    __slots__ = ("st", "cap", "sim", "live", "seeded", "notes", "first_oom", "oom_req", "oom_asz", "res_oom",
+                 "alloc_oom", "stopped", "fits_recorded", "orphans", "replayed", "done", "has_completed")
+
+    def __init__(self, snap: Snapshot, prep: _Prepared, recorded: AllocatorSettings, st: AllocatorSettings,
+                 cap: int | None, avail: float, device: int) -> None:
+        self.st, self.cap = st, cap
+        self.sim = sim = _Alloc(st, cap, avail, _device_total(snap, avail), prep.base_addr)
+        self.notes: list[str] = []
+        if prep.private:
+            sim._grow(prep.fixed)
+            self.notes.append(f"{fmt_bytes(prep.fixed)} in private pools (CUDA graphs / MemPool) held as fixed "
+                              "reserved memory")
+        self.live: dict[int, _Blk] = {}
+        self.seeded = 0
+        ts = trace_start(snap, device, recorded)
+        if ts.truncated or ts.reserved_at_start > 0:
+            start, bad = state_after(snap, device, -1, recorded)      # one starting layout, shared
+            start_default = [s for s in start if s.pool_id == (0, 0)]
+            if st.expandable_segments == recorded.expandable_segments:
+                self.seeded = sim.seed_layout(start_default, self.live)
+                self.notes.append(f"trace starts mid-run: the recorded layout before its first entry was rebuilt "
+                                  f"({self.seeded} live blocks, {fmt_bytes(sim.reserved)} reserved)")
+            else:
+                self.seeded = _seed_fresh(sim, start_default, self.live)
+                self.notes.append(f"trace starts mid-run: the {self.seeded} blocks live before its first entry "
+                                  "were allocated afresh under these settings (their original layout is not "
+                                  "comparable)")
+            if bad:
+                self.notes.append(f"{bad} trace entries did not fit the final segments while rebuilding the "
+                                  "start state")
+        self.first_oom: int | None = None
+        self.oom_req = self.oom_asz = self.res_oom = self.alloc_oom = None
+        self.stopped: int | None = None
+        self.fits_recorded: bool | None = None
+        self.orphans = 0
+        self.replayed = 0
+        self.done = False
+        self.has_completed = prep.has_completed
+
+    def step(self, i: int, k: int, addr: int, size: int, stream: int) -> None:
+        """Replay one entry (``_Prepared.steps``); sets ``done`` when the replay stops."""
+        sim = self.sim
+        sim.index = i
+        self.replayed += 1
+        live = self.live
+        if k == 0:                                   # alloc
+            prev = live.pop(addr, None)
+            if prev is not None:                     # its free was not recorded (skip_actions): free it now
+                sim.complete_free(prev)
+            b = sim.malloc(size, stream)
+            if b is None:
+                self._oom(i, size)
+                self.stopped = i
+                self.done = True
+                return
+            live[addr] = b
+        elif k == 1:                                 # free_requested
+            b = live.get(addr)
+            if b is None:
+                self.orphans += 1
+                return
+            if b.allocated:
+                sim.request_free(b)
+            if not self.has_completed:
+                live.pop(addr, None)
+                sim.complete_free(b)
+        elif k == 2:                                 # free_completed
+            b = live.pop(addr, None)
+            if b is None:
+                self.orphans += 1
+                return
+            sim.complete_free(b)
+        else:                                        # oom: the recorded failed request (already rounded)
+            b = sim.malloc(size, stream)
+            if b is None:
+                if self.first_oom is None:
+                    self._oom(i, size)
+                self.fits_recorded = False
+                return                               # the program survived it (caught, or unwound): keep going
+            self.fits_recorded = True
+            self.stopped = i
+            self.notes.append(f"the request that failed at entry {i} fits here; what follows in the trace is the "
+                              "original program's reaction to the OOM, so the replay stops")
+            self.done = True
+
+    def _oom(self, i: int, size: int) -> None:
+        st = self.st
+        self.first_oom = i
+        self.oom_req = st.round(size)
+        self.oom_asz = st.alloc_size(self.oom_req)
+        self.res_oom, self.alloc_oom = self.sim.reserved, self.sim.allocated
+
+    def result(self, prep: _Prepared, recorded: AllocatorSettings, avail: float) -> ReplayResult:
+        sim, st = self.sim, self.st
+        notes = list(self.notes)
+        if self.orphans:
+            notes.append(f"{self.orphans} frees referred to allocations unknown to the replay and were ignored")
+        # the trace's segment entries up to where this replay stopped
+        stop = self.stopped
+        expected = [(a, sz) for i, a, sz in prep.seg_events if stop is None or i < stop]
+        matches, mismatch = _compare(expected, [(ev.action, ev.size) for ev in sim.events])
+        if matches and self.fits_recorded and st == recorded:
+            matches, mismatch = False, "the recorded OOM does not happen in the replay"
+        fo = self.first_oom
+        if matches and fo is not None and prep.trace[fo].action == "alloc" and st == recorded:
+            matches, mismatch = False, f"the replay runs out of memory at entry {fo}, which the program survived"
+        return ReplayResult(
+            oom=fo is not None, oom_index=fo, oom_request=self.oom_req, oom_alloc_size=self.oom_asz,
+            peak_reserved=sim.peak_reserved, peak_allocated=sim.peak_allocated, segments_allocated=sim.device_allocs,
+            reserved_at_oom=self.res_oom, allocated_at_oom=self.alloc_oom, reserved_end=sim.reserved,
+            allocated_end=sim.allocated, retries=sim.retries, events_replayed=self.replayed, stopped_at=stop,
+            fits_at_recorded_oom=self.fits_recorded, segment_events=tuple(sim.events), matches_trace=matches,
+            mismatch=mismatch, seeded=self.seeded, settings=st, cap=self.cap,
+            device_bytes=None if avail == INF else int(avail), notes=tuple(notes))
+
+
+def _avail(snap: Snapshot, device: int, device_bytes: int | float | None) -> float:
+    if device_bytes is None:
+        db = default_device_bytes(snap, device)
+        return INF if db is None else db
+    return device_bytes
+
+
 def replay(snap: Snapshot, settings: AllocatorSettings | str | Mapping[str, Any] | None = None,
            cap: int | None = None, device_bytes: int | float | None = None, device: int = 0) -> ReplayResult:
     """Replay ``device``'s trace under ``settings`` (None: the recorded ones).
@@ -618,121 +817,112 @@ def replay(snap: Snapshot, settings: AllocatorSettings | str | Mapping[str, Any]
     does not guess one; ``counterfactuals`` does).  ``device_bytes`` is the
     physical memory PyTorch could obtain; None infers it from the snapshot
     (``default_device_bytes``), ``float('inf')`` means unbounded."""
+    return replay_many(snap, [(settings, cap)], device_bytes=device_bytes, device=device)[0]
+
+
+def replay_many(snap: Snapshot, runs: Sequence[tuple[AllocatorSettings | str | Mapping[str, Any] | None, int | None]],
+                device_bytes: int | float | None = None, device: int = 0) -> list[ReplayResult]:
+    """Several replays — ``(settings, cap)`` each, as for ``replay`` — in one pass
+    over the trace: every entry is read and filtered once and handed to each
+    simulated allocator still running.  Same results as separate ``replay`` calls."""
     recorded = settings_of(snap)
-    st = recorded if settings is None else AllocatorSettings.coerce(settings)
-    trace = device_trace(snap, device)
-    segs_final = device_segments(snap, device)
-    if device_bytes is None:
-        db = default_device_bytes(snap, device)
-        avail: float = INF if db is None else db
-    else:
-        avail = device_bytes
-    notes: list[str] = []
-    max_addr = max([s.address + s.total_size for s in segs_final] + [e.addr + e.size for e in trace] + [0])
-    sim = _Alloc(st, cap, avail, _device_total(snap, avail), ceil_to(max_addr + (1 << 40), _ADDR_ALIGN))
+    prep = _prepared(snap, device)
+    avail = _avail(snap, device, device_bytes)
+    every = [_Run(snap, prep, recorded, recorded if s is None else AllocatorSettings.coerce(s), c, avail, device)
+             for s, c in runs]
+    jobs = _jobs(len(every), len(prep.sel))
+    if jobs > 1:
+        done = _in_processes(every, prep, recorded, avail, jobs)
+        if done is not None:
+            return done
+    _pass(every, prep)
+    return [r.result(prep, recorded, avail) for r in every]
 
-    private = _private_ranges(segs_final)
-    if private:
-        fixed = sum(hi - lo for lo, hi in private)
-        sim._grow(fixed)
-        notes.append(f"{fmt_bytes(fixed)} in private pools (CUDA graphs / MemPool) held as fixed reserved memory")
 
-    live: dict[int, _Blk] = {}
-    seeded = 0
-    ts = trace_start(snap, device, recorded)
-    if ts.truncated or ts.reserved_at_start > 0:
-        start, bad = state_after(snap, device, -1, recorded)
-        start_default = [s for s in start if s.pool_id == (0, 0)]
-        if st.expandable_segments == recorded.expandable_segments:
-            seeded = sim.seed_layout(start_default, live)
-            notes.append(f"trace starts mid-run: the recorded layout before its first entry was rebuilt "
-                         f"({seeded} live blocks, {fmt_bytes(sim.reserved)} reserved)")
-        else:
-            seeded = _seed_fresh(sim, start_default, live)
-            notes.append(f"trace starts mid-run: the {seeded} blocks live before its first entry were allocated "
-                         "afresh under these settings (their original layout is not comparable)")
-        if bad:
-            notes.append(f"{bad} trace entries did not fit the final segments while rebuilding the start state")
+PARALLEL_FROM_ENTRIES = 200_000     # below this a process costs more than it saves
 
-    has_completed = any(e.action == "free_completed" for e in trace)
-    trace_events: list[tuple[str, int]] = []
-    first_oom: int | None = None
-    oom_req = oom_asz = None
-    res_oom = alloc_oom = None
-    stopped: int | None = None
-    fits_recorded: bool | None = None
-    orphans = 0
-    replayed = 0
-    for i, e in enumerate(trace):
-        a = e.action
-        sim.index = i
-        if a in ("segment_alloc", "segment_free", "segment_map", "segment_unmap"):
-            if not (private and _in_ranges(private, e.addr)):
-                trace_events.append((a, e.size))
+
+def _jobs(runs: int, entries: int) -> int:
+    """How many processes share the replays: one per core (OOMPOST_JOBS overrides),
+    for long traces only, and only where ``fork`` shares the columns for free."""
+    import multiprocessing
+    import os
+
+    if runs < 2 or entries < PARALLEL_FROM_ENTRIES or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    try:
+        want = int(os.environ.get("OOMPOST_JOBS", "0"))
+    except ValueError:
+        want = 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(runs, want if want > 0 else cores))
+
+
+def _in_processes(every: list["_Run"], prep: _Prepared, recorded: AllocatorSettings, avail: float,
+                  jobs: int) -> list[ReplayResult] | None:
+    """The runs dealt round-robin to ``jobs`` groups; each group is one shared pass,
+    in a forked child (the trace columns and the starting layouts are shared
+    copy-on-write) except the last, which runs here.  None if a child fails:
+    the caller then replays everything in this process."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    groups = [list(range(g, len(every), jobs)) for g in range(jobs)]
+    children = []
+    for g in groups[:-1]:
+        recv, send = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_child, args=([every[i] for i in g], prep, recorded, avail, send), daemon=True)
+        p.start()
+        send.close()
+        children.append((g, p, recv))
+    mine = [every[i] for i in groups[-1]]
+    _pass(mine, prep)
+    out: list[ReplayResult | None] = [None] * len(every)
+    for i, r in zip(groups[-1], mine):
+        out[i] = r.result(prep, recorded, avail)
+    ok = True
+    for g, p, recv in children:
+        try:
+            res = recv.recv()       # our own child's results (ReplayResult records), never user data
+        except (EOFError, OSError):
+            res = None
+        p.join()
+        if not isinstance(res, list) or len(res) != len(g):
+            ok = False
             continue
-        if a not in ("alloc", "free_requested", "free_completed", "oom"):
-            continue
-        if e.pool_id not in (None, (0, 0)) or (private and a != "oom" and _in_ranges(private, e.addr)):
-            continue
-        replayed += 1
-        if a == "alloc":
-            prev = live.pop(e.addr, None)
-            if prev is not None:            # its free was not recorded (skip_actions): free it now
-                sim.complete_free(prev)
-            b = sim.malloc(e.size, e.stream)
-            if b is None:
-                first_oom, stopped = i, i
-                oom_req, oom_asz = st.round(e.size), st.alloc_size(st.round(e.size))
-                res_oom, alloc_oom = sim.reserved, sim.allocated
+        for i, r in zip(g, res):
+            out[i] = r
+    return out if ok else None  # type: ignore[return-value]
+
+
+def _child(runs: list["_Run"], prep: _Prepared, recorded: AllocatorSettings, avail: float, send) -> None:  # type: ignore[no-untyped-def]
+    try:
+        _pass(runs, prep)
+        send.send([r.result(prep, recorded, avail) for r in runs])
+    finally:
+        send.close()
+
+
+def _pass(every: list["_Run"], prep: _Prepared) -> None:
+    """One pass over the prepared entries, each handed to every run still going."""
+    active = list(every)
+    if len(active) == 1:
+        r = active[0]
+        step = r.step
+        for i, k, addr, size, stream in prep.steps():
+            step(i, k, addr, size, stream)
+            if r.done:
                 break
-            live[e.addr] = b
-        elif a == "free_requested":
-            b = live.get(e.addr)
-            if b is None:
-                orphans += 1
-                continue
-            if b.allocated:
-                sim.request_free(b)
-            if not has_completed:
-                live.pop(e.addr, None)
-                sim.complete_free(b)
-        elif a == "free_completed":
-            b = live.pop(e.addr, None)
-            if b is None:
-                orphans += 1
-                continue
-            sim.complete_free(b)
-        else:  # oom: the recorded failed request (size is already rounded)
-            b = sim.malloc(e.size, e.stream)
-            if b is None:
-                if first_oom is None:
-                    first_oom = i
-                    oom_req, oom_asz = st.round(e.size), st.alloc_size(st.round(e.size))
-                    res_oom, alloc_oom = sim.reserved, sim.allocated
-                fits_recorded = False
-                continue                    # the program survived it (caught, or unwound): keep replaying
-            fits_recorded = True
-            stopped = i
-            notes.append(f"the request that failed at entry {i} fits here; what follows in the trace is the "
-                         "original program's reaction to the OOM, so the replay stops")
-            break
-    if orphans:
-        notes.append(f"{orphans} frees referred to allocations unknown to the replay and were ignored")
-
-    # trace_events holds the trace's segment entries up to where the replay stopped
-    matches, mismatch = _compare(trace_events, [(ev.action, ev.size) for ev in sim.events])
-    if matches and fits_recorded and st == recorded:
-        matches, mismatch = False, "the recorded OOM does not happen in the replay"
-    if matches and first_oom is not None and trace[first_oom].action == "alloc" and st == recorded:
-        matches, mismatch = False, f"the replay runs out of memory at entry {first_oom}, which the program survived"
-    return ReplayResult(
-        oom=first_oom is not None, oom_index=first_oom, oom_request=oom_req, oom_alloc_size=oom_asz,
-        peak_reserved=sim.peak_reserved, peak_allocated=sim.peak_allocated, segments_allocated=sim.device_allocs,
-        reserved_at_oom=res_oom, allocated_at_oom=alloc_oom, reserved_end=sim.reserved,
-        allocated_end=sim.allocated, retries=sim.retries, events_replayed=replayed, stopped_at=stopped,
-        fits_at_recorded_oom=fits_recorded, segment_events=tuple(sim.events), matches_trace=matches,
-        mismatch=mismatch, seeded=seeded, settings=st, cap=cap,
-        device_bytes=None if avail == INF else int(avail), notes=tuple(notes))
+    else:
+        for i, k, addr, size, stream in prep.steps():
+            stopped = False
+            for r in active:
+                r.step(i, k, addr, size, stream)
+                stopped |= r.done
+            if stopped:
+                active = [r for r in active if not r.done]
+                if not active:
+                    break
 
 
 def _seed_fresh(sim: _Alloc, segments: list[Segment], live: dict[int, _Blk]) -> int:
@@ -792,8 +982,12 @@ def _candidates(rec: AllocatorSettings, has_cap: bool) -> list[tuple[str, Alloca
     return out
 
 
+_BISECT_STEPS = 6
+REPORT_TIME_FROM_S = 5.0
+
+
 def _min_fitting_cap(snap: Snapshot, st: AllocatorSettings, lo: int, hi: int, db: int | float | None,
-                     dev: int, steps: int = 6) -> int:
+                     dev: int, steps: int = _BISECT_STEPS) -> int:
     """Smallest cap in (lo, hi] under which the replay fits, to 1/64 of the bracket
     (assumes more headroom never hurts, which holds for these fixtures but is
     not guaranteed once GC is involved)."""
@@ -831,9 +1025,13 @@ def counterfactuals(snap: Snapshot, cap: int | None = None, device_bytes: int | 
     else:
         caps = [None]
     db = default_device_bytes(snap, dev) if device_bytes is None else device_bytes
+    t0 = time.perf_counter()
+    cands = _candidates(rec, caps[0] is not None)
+    results = replay_many(snap, [(st, c) for _, st in cands for c in caps],
+                          device_bytes=INF if db is None else db, device=dev)
     out: list[Counterfactual] = []
-    for conf, st in _candidates(rec, caps[0] is not None):
-        runs = [replay(snap, st, cap=c, device_bytes=INF if db is None else db, device=dev) for c in caps]
+    for k, (conf, st) in enumerate(cands):
+        runs = results[k * len(caps):(k + 1) * len(caps)]
         r0 = runs[0]
         ooms = [r.oom for r in runs]
         oom = any(ooms)
@@ -860,5 +1058,14 @@ def counterfactuals(snap: Snapshot, cap: int | None = None, device_bytes: int | 
                                   baseline=baseline, oom_index=r0.oom_index if r0.oom else None,
                                   peak_allocated_bytes=max(r.peak_allocated for r in runs), cap_bytes=caps[0],
                                   matches_trace=r0.matches_trace if baseline else None))
+    elapsed = time.perf_counter() - t0
+    n = len(results) + sum(_BISECT_STEPS for c in out if c.oom and "fits only if" in c.note)
+    jobs = _jobs(len(results), len(_prepared(snap, dev).sel))
+    timing = (f"{n} allocator replays of {len(device_trace(snap, dev)):,} trace entries "
+              f"({len(results)} sharing " + ("one pass" if jobs == 1 else f"{jobs} passes in {jobs} processes") + ")")
+    if elapsed >= REPORT_TIME_FROM_S:   # whole seconds, and only when it matters: reports of small inputs stay diffable
+        timing += f" took {elapsed:.0f} s"
+    if out:
+        out[0] = replace(out[0], note=f"{out[0].note}; {timing}" if out[0].note else timing, elapsed_s=elapsed)
     return out
 

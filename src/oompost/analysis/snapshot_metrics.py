@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..model import Block, Frame, Segment, Snapshot, TraceEvent
+import numpy as np
+
+from ..model import NO_TIME, Block, Frame, Segment, Snapshot, Trace, TraceEvent
 from ..units import fmt_bytes
 from .allocator_rules import KMIN_BLOCK, KSMALL_BUFFER, KSMALL_SIZE, AllocatorSettings
 
@@ -29,6 +31,7 @@ ALLOCATED = "active_allocated"
 PENDING = "active_pending_free"
 INACTIVE = "inactive"
 _SEGMENT_ACTIONS = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
+_EMPTY = Trace.from_events(())
 
 
 # ------------------------------------------------------------------ records
@@ -145,11 +148,74 @@ class TraceStart:
     allocated_at_start: int
 
 
+# ------------------------------------------------------------------ memo
+#
+# The metrics, the counterfactual replays, the top stacks and the segment map
+# all need the same few facts about one snapshot: the state at the OOM and at
+# the trace start (each a full backwards pass over the trace), whether the
+# trace starts mid-run (a forward pass), the settings.  They are pure functions
+# of the (immutable) snapshot, so each is computed once per snapshot and kept
+# here.  Only the most recent snapshot is remembered (``Snapshot`` has no
+# room for a cache of its own); ``forget`` drops it.
+
+_MEMO: dict[int, tuple[Snapshot, dict]] = {}
+
+
+def memo(snap: Snapshot) -> dict:
+    """The per-snapshot cache of derived facts (keys are the caller's)."""
+    ent = _MEMO.get(id(snap))
+    if ent is not None and ent[0] is snap:
+        return ent[1]
+    _MEMO.clear()
+    d: dict = {}
+    _MEMO[id(snap)] = (snap, d)
+    return d
+
+
+def forget(snap: Snapshot | None = None) -> None:
+    """Drop the cache (of ``snap`` only, when given) so the snapshot can be freed."""
+    if snap is None:
+        _MEMO.clear()
+    else:
+        _MEMO.pop(id(snap), None)
+
+
+def _cached(snap: Snapshot, key: tuple, make):  # type: ignore[no-untyped-def]
+    m = memo(snap)
+    try:
+        return m[key]
+    except KeyError:
+        v = m[key] = make()
+        return v
+
+
 # ------------------------------------------------------------------ helpers
 
 
-def device_trace(snap: Snapshot, device: int) -> tuple[TraceEvent, ...]:
-    return snap.traces[device] if 0 <= device < len(snap.traces) else ()
+def device_trace(snap: Snapshot, device: int) -> Trace:
+    """One device's trace as columns (a ``Trace``; tuples of ``TraceEvent`` built by
+    hand are converted once per snapshot)."""
+    if not 0 <= device < len(snap.traces):
+        return _EMPTY
+    t = snap.traces[device]
+    if isinstance(t, Trace):
+        return t
+    return _cached(snap, ("columns", device), lambda: Trace.from_events(t))
+
+
+def as_trace(trace: Sequence[TraceEvent]) -> Trace:
+    return trace if isinstance(trace, Trace) else Trace.from_events(trace)
+
+
+def _has(trace: Trace, action: str, start: int = 0, stop: int | None = None) -> bool:
+    """Whether ``trace[start:stop]`` holds an entry with ``action``."""
+    c = trace.code_of(action)
+    return c >= 0 and bool(np.any(trace.action[start:stop] == c))
+
+
+def has_oom(snap: Snapshot) -> bool:
+    """Whether any device's trace records an OOM."""
+    return any(_has(device_trace(snap, d), "oom") for d in range(len(snap.traces)))
 
 
 def device_segments(snap: Snapshot, device: int) -> list[Segment]:
@@ -158,16 +224,22 @@ def device_segments(snap: Snapshot, device: int) -> list[Segment]:
 
 def oom_index(trace: Sequence[TraceEvent]) -> int | None:
     """Index of the last ``oom`` entry: the failure that ended the run."""
-    for i in range(len(trace) - 1, -1, -1):
-        if trace[i].action == "oom":
-            return i
-    return None
+    t = as_trace(trace)
+    c = t.code_of("oom")
+    if c < 0:
+        return None
+    hits = np.flatnonzero(t.action == c)
+    return int(hits[-1]) if len(hits) else None
 
 
 def oom_device(snap: Snapshot) -> int:
     """The device whose trace holds an OOM (else the first device with segments, else 0)."""
-    for d, t in enumerate(snap.traces):
-        if any(e.action == "oom" for e in t):
+    return _cached(snap, ("oom_device",), lambda: _oom_device(snap))
+
+
+def _oom_device(snap: Snapshot) -> int:
+    for d in range(len(snap.traces)):
+        if _has(device_trace(snap, d), "oom"):
             return d
     return snap.segments[0].device if snap.segments else 0
 
@@ -182,12 +254,16 @@ def captured_at(snap: Snapshot, device: int | None = None) -> str:
         if not any(snap.traces) and snap.meta.get("reason") == "oom":
             return "oom_observer"
         return "no_oom"
-    if any(e.action == "snapshot" for e in trace[i + 1:]):
+    if _has(trace, "snapshot", i + 1):
         return "after_exception"
     return "oom_observer"
 
 
 def settings_of(snap: Snapshot) -> AllocatorSettings:
+    return _cached(snap, ("settings",), lambda: _settings_of(snap))
+
+
+def _settings_of(snap: Snapshot) -> AllocatorSettings:
     s = AllocatorSettings.from_snapshot(snap.allocator_settings)
     if not snap.allocator_settings and any(seg.is_expandable for seg in snap.segments):
         s = s.with_conf("expandable_segments:True")
@@ -459,17 +535,21 @@ class _Layout:
         return tuple(out)
 
 
-def _alloc_frames_for_frees(trace: Sequence[TraceEvent]) -> dict[int, tuple[Frame, ...]]:
+def _alloc_frames_for_frees(trace: Trace) -> dict[int, tuple[Frame, ...]]:
     """free index → frames of the alloc it pairs with (blocks show the alloc stack)."""
-    last: dict[int, tuple[Frame, ...]] = {}
+    A, RQ, CP = trace.code_of("alloc"), trace.code_of("free_requested"), trace.code_of("free_completed")
+    sel = np.flatnonzero(np.isin(trace.action, [c for c in (A, RQ, CP) if c >= 0]))
+    last: dict[int, int] = {}
     out: dict[int, tuple[Frame, ...]] = {}
-    for i, e in enumerate(trace):
-        if e.action == "alloc":
-            last[e.addr] = e.frames
-        elif e.action in ("free_requested", "free_completed"):
-            f = last.get(e.addr)
+    stacks = trace.stacks
+    for i, a, addr, st in zip(sel.tolist(), trace.action[sel].tolist(), trace.addr[sel].tolist(),
+                              trace.stack[sel].tolist()):
+        if a == A:
+            last[addr] = st
+        else:
+            f = last.get(addr)
             if f is not None:
-                out[i] = f
+                out[i] = stacks[f]
     return out
 
 
@@ -477,72 +557,91 @@ def state_after(snap: Snapshot, device: int, index: int,
                 settings: AllocatorSettings | None = None) -> tuple[tuple[Segment, ...], int]:
     """The device's segments as they were just after trace entry ``index``
     (``-1``: before the first entry).  Returns (segments, entries that did not
-    fit the layout) — a non-zero count means the reconstruction is approximate."""
+    fit the layout) — a non-zero count means the reconstruction is approximate.
+    Computed once per (device, index, settings) and snapshot."""
+    st = settings or settings_of(snap)
+    return _cached(snap, ("state_after", device, index, st), lambda: _state_after(snap, device, index, st))
+
+
+def _state_after(snap: Snapshot, device: int, index: int,
+                 settings: AllocatorSettings) -> tuple[tuple[Segment, ...], int]:
     trace = device_trace(snap, device)
     segs = device_segments(snap, device)
     if index >= len(trace) - 1:
         return tuple(segs), 0
-    layout = _Layout(segs, settings or settings_of(snap))
-    frames_of = _alloc_frames_for_frees(trace)
+    layout = _Layout(segs, settings)
+    frames_of = _cached(snap, ("frames_of", device), lambda: _alloc_frames_for_frees(trace))
+    codes = {trace.code_of(a): a for a in ("alloc", "free_completed", "free_requested", "segment_alloc",
+                                           "segment_free", "segment_map", "segment_unmap")}
+    codes.pop(-1, None)
+    sel = index + 1 + np.flatnonzero(np.isin(trace.action[index + 1:], list(codes)))
+    sel = sel[::-1]                 # undo from the end back to index
+    extra = trace.extra
     # free_completed undone first makes a block pending; its free_requested then makes it allocated.
     has_requested: set[int] = set()
-    for i in range(len(trace) - 1, index, -1):
-        e = trace[i]
-        a = e.action
-        pid = e.pool_id or (0, 0)
+    for i, c, addr, size, stream in zip(sel.tolist(), trace.action[sel].tolist(), trace.addr[sel].tolist(),
+                                        trace.size[sel].tolist(), trace.stream[sel].tolist()):
+        a = codes[c]
         if a == "alloc":
-            layout.make_free(e.addr)
+            layout.make_free(addr)
         elif a == "free_completed":
-            layout.carve(e.addr, e.size, PENDING, frames_of.get(i, ()))
+            layout.carve(addr, size, PENDING, frames_of.get(i, ()))
         elif a == "free_requested":
-            if not layout.set_state(e.addr, ALLOCATED):
-                layout.carve(e.addr, e.size, ALLOCATED, frames_of.get(i, ()))
-            has_requested.add(e.addr)
-        elif a == "segment_alloc":
-            layout.remove_segment(e.addr)
-        elif a == "segment_free":
-            layout.add_segment(e.addr, e.size, e.stream, pid)
-        elif a == "segment_map":
-            layout.remove_range(e.addr, e.size)
-        elif a == "segment_unmap":
-            layout.add_range(e.addr, e.size, e.stream, pid)
+            if not layout.set_state(addr, ALLOCATED):
+                layout.carve(addr, size, ALLOCATED, frames_of.get(i, ()))
+            has_requested.add(addr)
+        else:
+            pid = (extra[i][1] if i in extra else None) or (0, 0)
+            if a == "segment_alloc":
+                layout.remove_segment(addr)
+            elif a == "segment_free":
+                layout.add_segment(addr, size, stream, pid)
+            elif a == "segment_map":
+                layout.remove_range(addr, size)
+            else:
+                layout.add_range(addr, size, stream, pid)
     return layout.freeze(device), layout.inconsistent
 
 
 def trace_start(snap: Snapshot, device: int, settings: AllocatorSettings | None = None) -> TraceStart:
-    """Does the trace start at an empty allocator?  Cheap forward pass, no reconstruction."""
+    """Does the trace start at an empty allocator?  One forward pass, no reconstruction
+    (once per device, settings and snapshot)."""
+    st = settings or settings_of(snap)
+    return _cached(snap, ("trace_start", device, st), lambda: _trace_start(snap, device, st))
+
+
+def _trace_start(snap: Snapshot, device: int, s: AllocatorSettings) -> TraceStart:
     trace = device_trace(snap, device)
     segs = device_segments(snap, device)
-    s = settings or settings_of(snap)
     live: dict[int, int] = {}          # allocated in the trace, not yet free_requested: addr → rounded size
     pending: set[int] = set()          # free_requested, not yet free_completed
     orphan = 0
     alloc_delta = 0
-    seg_delta = 0
-    for e in trace:
-        a = e.action
-        if a == "alloc":
-            sz = s.round(e.size)
-            live[e.addr] = sz
+    seg_delta = int(np.dot(_segment_signs(trace), trace.size)) if len(trace) else 0
+    A, RQ, CP = trace.code_of("alloc"), trace.code_of("free_requested"), trace.code_of("free_completed")
+    sel = np.flatnonzero(np.isin(trace.action, [c for c in (A, RQ, CP) if c >= 0]))
+    rnd = s.rounder()
+    for a, addr, size in zip(trace.action[sel].tolist(), trace.addr[sel].tolist(), trace.size[sel].tolist()):
+        if a == A:
+            sz = rnd(size)
+            live[addr] = sz
             alloc_delta += sz
-        elif a == "free_requested":
-            sz = live.pop(e.addr, None)
+        elif a == RQ:
+            sz = live.pop(addr, None)
             if sz is None:
                 orphan += 1
-                sz = s.round(e.size)
+                sz = rnd(size)
             alloc_delta -= sz
-            pending.add(e.addr)
-        elif a == "free_completed":
-            if e.addr in pending:
-                pending.discard(e.addr)
+            pending.add(addr)
+        else:
+            if addr in pending:
+                pending.discard(addr)
                 continue
-            sz = live.pop(e.addr, None)
+            sz = live.pop(addr, None)
             if sz is None:
                 orphan += 1
-                sz = s.round(e.size)
+                sz = rnd(size)
             alloc_delta -= sz
-        elif a in _SEGMENT_ACTIONS:
-            seg_delta += _SEGMENT_ACTIONS[a] * e.size
     final_reserved = sum(x.total_size for x in segs)
     final_alloc = sum(b.size for x in segs for b in x.blocks if b.state == ALLOCATED)
     pre = sum(1 for x in segs for b in x.blocks if b.state != INACTIVE and b.address not in live
@@ -560,15 +659,21 @@ def _cap_margin(alloc_size: int) -> int:
     return max(64 << 20, alloc_size // 10)
 
 
-def _reserved_series(trace: Sequence[TraceEvent], start: int) -> int:
-    peak = cur = start
-    for e in trace:
-        d = _SEGMENT_ACTIONS.get(e.action)
-        if d:
-            cur += d * e.size
-            if cur > peak:
-                peak = cur
-    return peak
+def _segment_signs(trace: Trace) -> np.ndarray:
+    """+1 for segment_alloc/map, −1 for segment_free/unmap, 0 otherwise (int64 per entry)."""
+    lut = np.zeros(256, np.int64)
+    for a, d in _SEGMENT_ACTIONS.items():
+        c = trace.code_of(a)
+        if c >= 0:
+            lut[c] = d
+    return lut[trace.action]
+
+
+def _reserved_series(trace: Trace, start: int) -> int:
+    if not len(trace):
+        return start
+    cur = start + np.cumsum(_segment_signs(trace) * trace.size)
+    return max(start, int(cur.max()))
 
 
 def _cap_bounds(snap: Snapshot, limit_bytes: int | None, reserved: int, alloc_size: int | None,
@@ -615,14 +720,19 @@ def oom_metrics(snap: Snapshot, request_bytes: int | None = None, limit_bytes: i
 
     ``request_bytes`` stands in for R when the trace has no ``oom`` entry (e.g.
     "Tried to allocate" from the log); ``limit_bytes`` is the ``allowed`` cap
-    from the OOM message when known."""
+    from the OOM message when known.  Computed once per arguments and snapshot."""
     dev = oom_device(snap) if device is None else device
+    return _cached(snap, ("oom_metrics", request_bytes, limit_bytes, dev),
+                   lambda: _oom_metrics(snap, request_bytes, limit_bytes, dev))
+
+
+def _oom_metrics(snap: Snapshot, request_bytes: int | None, limit_bytes: int | None, dev: int) -> SnapshotMetrics:
     settings = settings_of(snap)
     trace = device_trace(snap, dev)
     oi = oom_index(trace)
     oom = trace[oi] if oi is not None else None
     notes: list[str] = []
-    if oi is not None and oi < len(trace) - 1 and any(e.action != "snapshot" for e in trace[oi + 1:]):
+    if oi is not None and oi < len(trace) - 1 and bool(np.any(trace.action[oi + 1:] != trace.code_of("snapshot"))):
         segs, bad = state_after(snap, dev, oi, settings)
         source = "reconstructed"
         if bad:
@@ -718,41 +828,38 @@ def timeline(snap: Snapshot, device: int = 0, max_points: int = 600) -> list[Tim
         return []
     settings = settings_of(snap)
     ts = trace_start(snap, device, settings)
-    alloc = ts.allocated_at_start
-    res = ts.reserved_at_start
+    n = len(trace)
+    # allocated: +rounded size at alloc, −(its size) at free_requested, or at free_completed
+    # when no request preceded it; reserved: the segment events
+    delta = np.zeros(n, np.int64)
+    AL, RQ, CP = trace.code_of("alloc"), trace.code_of("free_requested"), trace.code_of("free_completed")
+    sel = np.flatnonzero(np.isin(trace.action, [c for c in (AL, RQ, CP) if c >= 0]))
     sizes: dict[int, int] = {}
     pending: set[int] = set()
-    n = len(trace)
-    A = [0] * n
-    Rv = [0] * n
-    for i, e in enumerate(trace):
-        a = e.action
-        if a == "alloc":
-            sz = settings.round(e.size)
-            sizes[e.addr] = sz
-            alloc += sz
-        elif a == "free_requested":
-            sz = sizes.pop(e.addr, None)
-            alloc -= settings.round(e.size) if sz is None else sz
-            pending.add(e.addr)
-        elif a == "free_completed":
-            if e.addr in pending:
-                pending.discard(e.addr)
-            else:
-                sz = sizes.pop(e.addr, None)
-                alloc -= settings.round(e.size) if sz is None else sz
+    rnd = settings.rounder()
+    for i, a, addr, size in zip(sel.tolist(), trace.action[sel].tolist(), trace.addr[sel].tolist(),
+                                trace.size[sel].tolist()):
+        if a == AL:
+            sz = rnd(size)
+            sizes[addr] = sz
+            delta[i] = sz
+        elif a == RQ:
+            sz = sizes.pop(addr, None)
+            delta[i] = -(rnd(size) if sz is None else sz)
+            pending.add(addr)
+        elif addr in pending:
+            pending.discard(addr)
         else:
-            d = _SEGMENT_ACTIONS.get(a)
-            if d:
-                res += d * e.size
-        A[i] = max(alloc, 0)
-        Rv[i] = max(res, 0)
-    keep: set[int] = {0, n - 1, max(range(n), key=A.__getitem__), max(range(n), key=Rv.__getitem__)}
+            sz = sizes.pop(addr, None)
+            delta[i] = -(rnd(size) if sz is None else sz)
+    A = np.maximum(ts.allocated_at_start + np.cumsum(delta), 0)
+    Rv = np.maximum(ts.reserved_at_start + np.cumsum(_segment_signs(trace) * trace.size), 0)
+    keep: set[int] = {0, n - 1, int(np.argmax(A)), int(np.argmax(Rv))}
     oi = oom_index(trace)
     if oi is not None:
         keep.add(oi)
     if n <= max_points:
-        idx = range(n)
+        idx = list(range(n))
     else:
         buckets = max(1, (max_points - len(keep)) // 3)
         step = n / buckets
@@ -761,10 +868,11 @@ def timeline(snap: Snapshot, device: int = 0, max_points: int = 600) -> list[Tim
             if lo >= hi:
                 continue
             keep.add(lo)
-            keep.add(max(range(lo, hi), key=A.__getitem__))
-            keep.add(max(range(lo, hi), key=Rv.__getitem__))
+            keep.add(lo + int(np.argmax(A[lo:hi])))
+            keep.add(lo + int(np.argmax(Rv[lo:hi])))
         idx = sorted(keep)[:max_points] if len(keep) > max_points else sorted(keep)
-    return [TimelinePoint(i, trace[i].time_us, A[i], Rv[i]) for i in idx]
+    times = trace.time_us
+    return [TimelinePoint(i, None if times[i] == NO_TIME else int(times[i]), int(A[i]), int(Rv[i])) for i in idx]
 
 
 # --------------------------------------------------------------- top stacks

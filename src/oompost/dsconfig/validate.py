@@ -470,12 +470,20 @@ class _Prefetched:
                                  world_size=d["world_size"], note=d["note"])
 
     def close(self) -> None:
+        """Stop the helper and reap it.  Its only work is what a request asks,
+        so nothing is lost by ending it while it is still importing."""
         try:
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
-            self.proc.wait(timeout=5)
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=2)
         except Exception:
             self.proc.kill()
+            self.proc.wait()
 
 
 def _serve() -> int:
@@ -513,6 +521,18 @@ def prefetch() -> None:
         _PREFETCHED = _Prefetched()
     except OSError:
         _PREFETCHED = None
+        return
+    import atexit
+
+    atexit.register(stop_prefetch)        # never left running after oompost exits
+
+
+def stop_prefetch() -> None:
+    """End the helper process, if one was started (idempotent)."""
+    global _PREFETCHED
+    if _PREFETCHED is not None:
+        p, _PREFETCHED = _PREFETCHED, None
+        p.close()
 
 
 def validate_prefetched(cfg: dict[str, Any], world_size: int | None = None, *,

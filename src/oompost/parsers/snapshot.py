@@ -27,11 +27,13 @@ import gc
 import io
 import operator
 import pickle
+from collections import Counter
 from collections.abc import Iterable
+from itertools import compress, repeat
 from typing import Any
 
 from ..errors import HostilePickleError, SnapshotError
-from ..model import Block, Frame, Segment, Snapshot, TraceEvent
+from ..model import NO_TIME, Block, Frame, Segment, Snapshot, Trace
 from ..sources import open_binary
 
 CAPTURE_HINT = ("capture one with torch.cuda.memory._record_memory_history(max_entries=100000) and, at the "
@@ -125,7 +127,7 @@ def _load(path: str) -> Snapshot:
             raise SnapshotError(f"{path}: pickle too large to load in memory") from None
         except Exception as e:  # EOFError, UnpicklingError, gzip's BadGzipFile/EOFError, ValueError...
             raise SnapshotError(f"{path}: {_describe_failure(head, e)}; {CAPTURE_HINT}") from None
-    return decode_snapshot(raw, path)
+    return decode_snapshot(raw, path, consume=True)
 
 
 def _describe_failure(head: bytes, e: BaseException) -> str:
@@ -206,8 +208,10 @@ def _pool_id(v: Any) -> tuple[int, int]:
     return (0, 0)
 
 
-def decode_snapshot(raw: Any, path: str = "<memory>") -> Snapshot:
-    """Turn the unpickled builtins into a ``Snapshot`` (no I/O; usable on dicts from tests)."""
+def decode_snapshot(raw: Any, path: str = "<memory>", consume: bool = False) -> Snapshot:
+    """Turn the unpickled builtins into a ``Snapshot`` (no I/O; usable on dicts from tests).
+    ``consume=True`` empties the trace lists of ``raw`` while decoding them, so
+    their entries are freed as soon as they are columns."""
     warnings: list[str] = []
     interner = _Interner()
     meta: dict[str, Any] = {}
@@ -248,7 +252,7 @@ def decode_snapshot(raw: Any, path: str = "<memory>") -> Snapshot:
     segments, legacy = _decode_segments(raw_segments, interner, warnings)
     if legacy:
         fmt = "legacy_history"
-    traces = _decode_traces(raw_traces, interner, warnings) if raw_traces is not None else ()
+    traces = _decode_traces(raw_traces, interner, warnings, consume) if raw_traces is not None else ()
     if isinstance(raw, dict) and not any(traces):
         warnings.append("no device_traces: allocator history was not recorded "
                         "(enable torch.cuda.memory._record_memory_history before the OOM)")
@@ -323,99 +327,277 @@ def _decode_segments(raw_segments: Iterable[Any], interner: _Interner,
     return out, legacy
 
 
-def _decode_traces(raw_traces: Any, interner: _Interner, warnings: list[str]) -> tuple[tuple[TraceEvent, ...], ...]:
+_CHUNK = 1 << 16
+
+
+def _decode_traces(raw_traces: Any, interner: _Interner, warnings: list[str],
+                   consume: bool = False) -> tuple[Trace, ...]:
+    """``device_traces`` → one columnar ``Trace`` per device.
+
+    Each device's list is consumed from the front in chunks: a chunk's entries
+    become column slices and are released at once, so the raw entries and the
+    columns never coexist in full (peak memory stays at what the unpickler
+    built).  Chunks whose entries are all dicts with plain values take the
+    C-level path (``map(dict.get, …)`` into ``numpy.fromiter``); anything else
+    goes entry by entry through the tolerant decoder."""
     if not isinstance(raw_traces, (list, tuple)):
         warnings.append(f"device_traces is a {type(raw_traces).__name__}, not a list: ignored")
         return ()
-    out: list[tuple[TraceEvent, ...]] = []
-    unknown: dict[str, int] = {}
-    skipped = 0
-    stack = interner.stack
+    out: list[Trace] = []
+    acc = _Columns(interner)
     for dev_trace in raw_traces:
-        events: list[TraceEvent] = []
-        if isinstance(dev_trace, (list, tuple)):
-            append = events.append
-            known = KNOWN_ACTIONS
-            for e in dev_trace:
-                if type(e) is not dict:
-                    skipped += 1
-                    continue
-                get = e.get
-                action = get("action")
-                if action not in known:
-                    action = action if isinstance(action, str) else str(action)
-                    unknown[action] = unknown.get(action, 0) + 1
-                addr = get("addr", 0)
-                size = get("size", 0)
-                stream_ = get("stream", 0)
-                t = get("time_us")
-                df = get("device_free")
-                pid = get("pool_id")
-                um = get("user_metadata", "")
-                append(TraceEvent(action=action,
-                                  addr=addr if type(addr) is int else _int(addr),
-                                  size=size if type(size) is int else _int(size),
-                                  stream=stream_ if type(stream_) is int else _int(stream_),
-                                  time_us=t if (t is None or type(t) is int) else _int(t),
-                                  frames=stack(get("frames")),
-                                  device_free=df if (df is None or type(df) is int) else _int(df),
-                                  pool_id=None if pid is None else _pool_id(pid),
-                                  user_metadata=um if type(um) is str else str(um)))
-        out.append(tuple(events))
-    if skipped:
-        warnings.append(f"{skipped} trace entries were not dicts and were skipped")
+        acc.reset()
+        if isinstance(dev_trace, list) and consume:
+            while dev_trace:
+                chunk = dev_trace[:_CHUNK]
+                del dev_trace[:_CHUNK]
+                acc.add(chunk)
+                del chunk
+        elif isinstance(dev_trace, (list, tuple)):
+            for k in range(0, len(dev_trace), _CHUNK):
+                acc.add(list(dev_trace[k:k + _CHUNK]))
+        out.append(acc.build())
+    if acc.skipped:
+        warnings.append(f"{acc.skipped} trace entries were not dicts and were skipped")
+    unknown = {a: n for a, n in acc.action_counts.items() if a not in KNOWN_ACTIONS}
     if unknown:
         warnings.append("trace actions not known to this version kept as is: "
                         + ", ".join(f"{a} ×{n}" for a, n in sorted(unknown.items())))
     return tuple(out)
 
 
-def _trace_warnings(device: int, trace: tuple[TraceEvent, ...], segments: list[Segment]) -> list[str]:
+class _Columns:
+    """Accumulates one device's columns, chunk by chunk."""
+
+    def __init__(self, interner: _Interner) -> None:
+        self.interner = interner
+        self.skipped = 0
+        self.action_counts: dict[str, int] = {}
+        self.codes: dict[str, int] = {}
+        self.stack_index: dict[int, int] = {}          # id(interned stack tuple) → index
+        self.stacks: list[tuple[Frame, ...]] = []
+        self.reset()
+
+    def reset(self) -> None:
+        self.parts: list[tuple[Any, ...]] = []
+        self.extra: dict[int, tuple[int | None, tuple[int, int] | None, str]] = {}
+        self.n = 0
+        self.codes = {}
+        self.stack_index = {}
+        self.stacks = [()]
+        self.stack_index[id(self.stacks[0])] = 0
+
+    def build(self) -> Trace:
+        import numpy as np
+
+        cols = list(zip(*self.parts)) if self.parts else [()] * 6
+        dtypes = (np.uint8, np.int64, np.int64, np.int64, np.int64, np.int32)
+        arrays = [np.concatenate(c) if c else np.zeros(0, dt) for c, dt in zip(cols, dtypes)]
+        self.parts = []
+        return Trace(*arrays, actions=tuple(self.codes), stacks=tuple(self.stacks), extra=self.extra)
+
+    def _code(self, action: Any) -> int:
+        if not isinstance(action, str):
+            action = str(action)
+        c = self.codes.get(action)
+        if c is None:
+            c = self.codes[action] = len(self.codes)
+        return c
+
+    def _stack(self, frames: Any) -> int:
+        st = self.interner.stack(frames)
+        k = self.stack_index.get(id(st))
+        if k is None:
+            k = self.stack_index[id(st)] = len(self.stacks)
+            self.stacks.append(st)
+        return k
+
+    def add(self, chunk: list[Any]) -> None:
+        if set(map(type, chunk)) != {dict}:
+            kept = [e for e in chunk if type(e) is dict]
+            self.skipped += len(chunk) - len(kept)
+            chunk = kept
+        if not chunk:
+            return
+        try:
+            part = self._fast(chunk)
+        except (TypeError, ValueError, OverflowError, KeyError):
+            part = self._slow(chunk)
+        base = self.n
+        for i, v in part[6].items():
+            self.extra[base + i] = v
+        self.parts.append(part[:6])
+        self.n += len(chunk)
+
+    def _fast(self, chunk: list[dict]) -> tuple[Any, ...]:
+        import numpy as np
+
+        n = len(chunk)
+        get = dict.get
+        acts = list(map(get, chunk, repeat("action")))
+        seen = Counter(acts)
+        for a in seen:
+            if not isinstance(a, str):
+                raise TypeError("non-string action")
+        counts = self.action_counts
+        for a, k in seen.items():
+            counts[a] = counts.get(a, 0) + k
+        codes = self.codes
+        for a in dict.fromkeys(acts):
+            if a not in codes:
+                codes[a] = len(codes)
+        if len(codes) > 255:
+            raise ValueError("too many distinct actions")
+        action = np.fromiter(map(codes.__getitem__, acts), np.uint8, n)
+        del acts
+        addr = np.fromiter(map(get, chunk, repeat("addr"), repeat(0)), np.int64, n)
+        size = np.fromiter(map(get, chunk, repeat("size"), repeat(0)), np.int64, n)
+        stream = np.fromiter(map(get, chunk, repeat("stream"), repeat(0)), np.int64, n)
+        times = list(map(get, chunk, repeat("time_us")))
+        if None in times:
+            times = [NO_TIME if t is None else t for t in times]
+        time_us = np.fromiter(times, np.int64, n)
+        del times
+        frames = list(map(get, chunk, repeat("frames"), repeat(())))
+        # a stack is recognised by the identities of its frame dicts (pickle shares
+        # identical frames), so only distinct stacks are read field by field
+        keys = list(map(tuple, map(map, repeat(id), frames)))
+        first = dict(zip(keys, frames))
+        index = {k: self._stack(f) for k, f in first.items()}
+        stack = np.fromiter(map(index.__getitem__, keys), np.int32, n)
+        del keys, first, frames
+        extra: dict[int, tuple[int | None, tuple[int, int] | None, str]] = {}
+        dfs = list(map(get, chunk, repeat("device_free")))
+        pids = list(map(get, chunk, repeat("pool_id")))
+        ums = list(map(get, chunk, repeat("user_metadata"), repeat("")))
+        for i in set(compress(range(n), map(operator.is_not, dfs, repeat(None)))) \
+                | set(compress(range(n), map(operator.is_not, pids, repeat(None)))) | set(compress(range(n), ums)):
+            df, pid, um = dfs[i], pids[i], ums[i]
+            extra[i] = (df if (df is None or type(df) is int) else _int(df), None if pid is None else _pool_id(pid),
+                        um if type(um) is str else str(um))
+        return action, addr, size, stream, time_us, stack, extra
+
+    def _slow(self, chunk: list[dict]) -> tuple[Any, ...]:
+        """Entry by entry, converting odd values the way ``_int`` does."""
+        import numpy as np
+
+        n = len(chunk)
+        action = np.zeros(n, np.uint8)
+        addr = np.zeros(n, np.int64)
+        size = np.zeros(n, np.int64)
+        stream = np.zeros(n, np.int64)
+        time_us = np.zeros(n, np.int64)
+        stack = np.zeros(n, np.int32)
+        extra: dict[int, tuple[int | None, tuple[int, int] | None, str]] = {}
+        counts = self.action_counts
+        for i, e in enumerate(chunk):
+            get = e.get
+            a = get("action")
+            a = a if isinstance(a, str) else str(a)
+            counts[a] = counts.get(a, 0) + 1
+            code = self._code(a)
+            if code > 255:
+                raise SnapshotError("more than 255 distinct trace actions: not a memory snapshot")
+            action[i] = code
+            addr[i] = _clamp(_int(get("addr", 0)))
+            size[i] = _clamp(_int(get("size", 0)))
+            stream[i] = _clamp(_int(get("stream", 0)))
+            t = get("time_us")
+            time_us[i] = NO_TIME if t is None else _clamp(_int(t))
+            stack[i] = self._stack(get("frames"))
+            df, pid, um = get("device_free"), get("pool_id"), get("user_metadata", "")
+            if df is not None or pid is not None or um:
+                extra[i] = (None if df is None else _int(df), None if pid is None else _pool_id(pid),
+                            um if type(um) is str else str(um))
+        return action, addr, size, stream, time_us, stack, extra
+
+
+def _grouped(action: Any, addr: Any, codes: list[int]) -> tuple[Any, Any, Any]:
+    """The entries with one of ``codes``, sorted by (address, trace index): their
+    actions, addresses and trace indices."""
+    import numpy as np
+
+    idx = np.flatnonzero(np.isin(action, codes))
+    order = np.lexsort((idx, addr[idx]))
+    idx = idx[order]
+    return action[idx], addr[idx], idx
+
+
+def _last_is(a: Any, ad: Any, kinds: tuple[int, int], which: int) -> tuple[Any, Any]:
+    """For entries grouped by address (``_grouped``): whether the last entry of
+    one of ``kinds`` strictly before each entry, in its group, is ``which``; and,
+    per entry, whether it is the group's last such entry and is ``which``
+    (the state at the end of the trace)."""
+    import numpy as np
+
+    n = len(a)
+    pos = np.arange(n)
+    start = np.zeros(n, bool)
+    if n:
+        start[0] = True
+        start[1:] = ad[1:] != ad[:-1]
+    group_start = np.maximum.accumulate(np.where(start, pos, 0)) if n else pos
+    mark = np.isin(a, kinds)
+    last = np.maximum.accumulate(np.where(mark, pos, -1)) if n else pos
+    prev = np.empty(n, np.int64)
+    if n:
+        prev[0] = -1
+        prev[1:] = last[:-1]
+    valid = prev >= group_start
+    before = valid & (a[np.where(valid, prev, 0)] == which) if n else np.zeros(0, bool)
+    end = np.zeros(n, bool)
+    if n:
+        stop = np.r_[np.flatnonzero(start)[1:], n] - 1          # last position of each group
+        lg = last[stop]
+        ok = lg >= group_start[stop]
+        sel = lg[ok]
+        end[sel[a[sel] == which]] = True
+    return before, end
+
+
+_I64 = (1 << 63) - 1
+
+
+def _clamp(v: int) -> int:
+    """Values that do not fit a signed 64-bit column (never seen in real traces)."""
+    return v if -_I64 <= v <= _I64 else (_I64 if v > 0 else -_I64)
+
+
+def _trace_warnings(device: int, trace: Trace, segments: list[Segment]) -> list[str]:
     """Oddities worth telling the user: a ring buffer that wrapped, frees never completed."""
     out: list[str] = []
-    if not trace:
+    if not len(trace):
         return out
-    live: set[int] = set()
-    requested: set[int] = set()
-    orphan_frees = 0
-    completed_without_request = 0
-    n_requested = n_completed = 0
-    segs: set[int] = set()
-    orphan_segment_frees = 0
-    for e in trace:
-        a = e.action
-        if a == "alloc":
-            live.add(e.addr)
-        elif a == "free_requested":
-            n_requested += 1
-            if e.addr in live:
-                requested.add(e.addr)
-            else:
-                orphan_frees += 1
-                requested.add(e.addr)
-        elif a == "free_completed":
-            n_completed += 1
-            if e.addr in requested:
-                requested.discard(e.addr)
-                live.discard(e.addr)
-            elif e.addr in live:
-                completed_without_request += 1
-                live.discard(e.addr)
-            else:
-                orphan_frees += 1
-        elif a in ("segment_alloc", "segment_map"):
-            segs.add(e.addr)
-        elif a == "segment_free":
-            if e.addr in segs:
-                segs.discard(e.addr)
-            else:
-                orphan_segment_frees += 1
+    import numpy as np
+
+    A, RQ, CP, SA, SM, SF = (trace.code_of(a) for a in ("alloc", "free_requested", "free_completed",
+                                                         "segment_alloc", "segment_map", "segment_free"))
+    act, addr = trace.action, trace.addr
+    n_requested = int(np.count_nonzero(act == RQ)) if RQ >= 0 else 0
+    n_completed = int(np.count_nonzero(act == CP)) if CP >= 0 else 0
+    # Each address lives its own history: after sorting the entries by (address, index),
+    # "is it live before this entry" is the kind of the last alloc/free_completed before it
+    # in its group, and "was its free requested" the kind of the last free_requested/free_completed.
+    a, ad, _ = _grouped(act, addr, [c for c in (A, RQ, CP) if c >= 0])
+    a = a.astype(np.int16)                                # codes compare with -1 (absent) safely
+    live_before, live_end = _last_is(a, ad, (A, CP), A)
+    req_before, req_end = _last_is(a, ad, (RQ, CP), RQ)
+    is_rq, is_cp = a == RQ, a == CP
+    orphan_frees = int(np.count_nonzero(is_rq & ~live_before)) + int(np.count_nonzero(is_cp & ~req_before & ~live_before))
+    completed_without_request = int(np.count_nonzero(is_cp & ~req_before & live_before))
+    known = set(ad[live_end | req_end].tolist())
+    sa, sad, _ = _grouped(act, addr, [c for c in (SA, SM, SF) if c >= 0])
+    sa = sa.astype(np.int16)
+    if SM >= 0:
+        sa[sa == SM] = SA if SA >= 0 else SM            # a map opens a range like an alloc
+    opener = SA if SA >= 0 else SM
+    seg_before, _ = _last_is(sa, sad, (opener, SF), opener)
+    orphan_segment_frees = int(np.count_nonzero((sa == SF) & ~seg_before)) if SF >= 0 else 0
     if orphan_frees or orphan_segment_frees:
         out.append(f"device {device}: trace starts mid-run ({orphan_frees} frees and {orphan_segment_frees} "
                    "segment frees whose allocation is not in the trace): the ring buffer was truncated by "
                    "max_entries, or history was enabled late; live state before the first entry is inferred")
     else:
-        known = live | requested
         pre = sum(1 for s in segments for b in s.blocks
                   if b.state != "inactive" and b.address not in known)
         if pre:
