@@ -120,8 +120,10 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
      r"init_model|load_checkpoint|Model\(", "building / loading the model"),
     (Phase.MODEL_INIT, None, r"load_model|build_model|create_model|from_pretrained|load_checkpoint|"
      r"_load_pretrained_model|load_state_dict|model_init", None, "building / loading the model"),
-    (Phase.FORWARD, None, None, r"=\s*(?:self\.)?(?:model|net|module|generator|unet|encoder|decoder)\w*\(",
+    (Phase.FORWARD, None, None, r"=\s*(?:self\.)?_?\w*(?:model|net|module|generator|unet|encoder|decoder|vae)\w*\(",
      "model call"),
+    (Phase.COLLECTIVE, None, r"allreduce|all_reduce|reduce_scatter|all_gather|allgather|broadcast_params|"
+     r"_all_to_all", None, "a collective's buffer"),
     # forward (module calls)
     (Phase.FORWARD, "torch/nn/modules/module.py", r"_call_impl|_wrapped_call_impl|inner", None, "forward"),
     (Phase.FORWARD, None, r"^forward$", None, "forward"),

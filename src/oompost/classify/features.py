@@ -39,7 +39,7 @@ _HOST = (FailureKind.SHM, FailureKind.HOST_OOM_KILL, FailureKind.KILLED, Failure
 
 FEATURES = (
     *(f"rule.{c.value}" for c in RULE_CAUSES),
-    "oom.gpu", "oom.host", "oom.numbers", "oom.request_large", "oom.request_small", "oom.allocated_near_limit",
+    "oom.gpu", "oom.host", "oom.numbers", "oom.request_large", "oom.request_small", "oom.request_exceeds_limit", "oom.allocated_near_limit",
     "oom.reserved_unallocated_covers_request", "oom.reserved_unallocated_large", "oom.free_covers_request",
     "oom.other_processes", "oom.cuda_error_text", "oom.lib_workspace",
     "fail.nccl_cuda_oom", "fail.nccl_timeout", "fail.nccl_network", "fail.host", "fail.sigkill",
@@ -81,6 +81,7 @@ def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> di
             r = req / L
             f["oom.request_large"] = 1.0 if r >= 0.10 else 0.0
             f["oom.request_small"] = 1.0 if r < 0.01 else 0.0
+            f["oom.request_exceeds_limit"] = 1.0 if r >= 1.0 else 0.0
         if alloc is not None and L:
             f["oom.allocated_near_limit"] = 1.0 if alloc >= 0.85 * L else 0.0
         if ru is not None and req:

@@ -111,6 +111,8 @@ def _parse_text(path: str, kind: InputKind, out: EvidenceBuilder, sniff_note: st
         warnings.append(str(e))
     for p in parsers:
         p.finish()
+    tracebacks.finish(n)
+    out.stacks.extend((SourceRef(path, line, ""), st) for line, st in tracebacks.closed)
     found = _delta(before, _counts(out))
     kind = _refine_kind(kind, found)
     if not any(found.values()):

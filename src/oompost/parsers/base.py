@@ -48,6 +48,7 @@ class EvidenceBuilder:
     ds_configs: list[DsConfigSeen] = field(default_factory=list)
     snapshots: list[Snapshot] = field(default_factory=list)
     warnings: list[ParseWarning] = field(default_factory=list)
+    stacks: list[tuple[SourceRef, "Stack"]] = field(default_factory=list)
 
     def fact(self, name: str, value: object, r: SourceRef) -> None:
         self.facts.append(Fact(name, value, r))
@@ -60,7 +61,7 @@ class EvidenceBuilder:
             inputs=tuple(self.inputs), ooms=tuple(self.ooms), failures=tuple(self.failures),
             exits=tuple(self.exits), facts=tuple(self.facts), memory=tuple(self.memory),
             ds_configs=tuple(self.ds_configs), snapshots=tuple(self.snapshots),
-            warnings=tuple(self.warnings))
+            warnings=tuple(self.warnings), stacks=tuple(self.stacks))
 
 
 def literal_trigger(words: "tuple[str, ...] | list[str]") -> "re.Pattern[str]":
@@ -139,6 +140,7 @@ class TracebackTracker:
         self._state: dict[int | None, _TbState] = {}
         self._last: dict[int | None, Stack] = {}
         self._closed_at: dict[int | None, int] = {}
+        self.closed: list[tuple[int, Stack]] = []          # (line where it ended, frames), in file order
 
     # a frame line also opens a traceback: excerpts pasted into issues often lack the header
     SENTINELS = (_TB_START, 'File "', "File /", ".py:")
@@ -182,6 +184,15 @@ class TracebackTracker:
         st.active = False
         self._last[rank] = Stack(tuple(st.frames))
         self._closed_at[rank] = ln.lineno
+        if st.frames:
+            self.closed.append((ln.lineno, self._last[rank]))
+
+    def finish(self, lineno: int) -> None:
+        """End of input: a traceback still open (an excerpt cut before its exception line) is kept too."""
+        for st in self._state.values():
+            if st.active and st.frames:
+                st.active = False
+                self.closed.append((lineno, Stack(tuple(st.frames))))
 
     def stack_for(self, rank: int | None) -> Stack:
         """Frames of the traceback that just ended (or is ending) on this rank."""

@@ -113,6 +113,6 @@ class CueParser:
         for name, n in self._counts.items():
             self.out.fact(f"cue.{name}", n, ref(self.path, self._first[name]))
         for shape, vals in self._series.items():
-            if growing(vals):
+            if growing(vals) or (len(vals) == 2 and "MiB / #MiB" in shape and vals[1] >= 1.5 * vals[0] > 0):
                 self.out.fact("cue.memory_growing", len(vals), ref(self.path, self._series_ln[shape]))
                 break

@@ -31,21 +31,24 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     (FailureKind.SHM, ("Bus error", "shared memory", "/dev/shm", "shm"),
      re.compile(r"Bus error|bus error|insufficient shared memory|/dev/shm|shm_open|"
                 r"No space left on device.*shm|unable to (?:open|write to) shared memory")),
-    (FailureKind.PINNED_HOST, ("cudaHostAlloc", "pin_memory", "pinned memory"),
-     re.compile(r"cudaHostAlloc|(?:pin_memory|pinned memory).*(?:out of memory|failed|error)")),
+    (FailureKind.PINNED_HOST, ("cudaHostAlloc", "pin_memory", "pinned", "on host"),
+     re.compile(r"cudaHostAlloc|(?:pin_memory|pinned memory|pinned host memory).*(?:out of memory|failed|error)|"
+                r"could not allocate pinned host memory|on host: CUDA_ERROR_OUT_OF_MEMORY")),
     (FailureKind.NCCL_TIMEOUT, ("Watchdog", "watchdog", "checkTimeout", "timed out", "Timeout", "timeout"),
      re.compile(r"Watchdog caught collective operation timeout|ncclCommWatchdog|WorkNCCL::checkTimeout|"
                 r"watchdogHandler|Some NCCL operations have failed or timed out|collective operation timeout|"
                 r"ran for \d+ milliseconds before timing out|NCCL timeout|Socket Timeout|DistStoreError.*[Tt]imeout|"
                 r"timed out after \d+|wait timeout")),
-    (FailureKind.NCCL_SYSTEM, ("NCCL", "nccl", "Connection reset", "Connection refused", "Connection closed",
+    (FailureKind.NCCL_SYSTEM, ("NCCL", "nccl", "Connection reset", "socket has timed out", "TCPStore", "CCL_ERROR",
+                               "oneCCL", "Connection refused", "Connection closed",
                                "DistNetworkError", "Rendezvous", "rendezvous", "Broken pipe"),
      re.compile(r"NCCL WARN.*(?:[Cc]onnection|socket|[Ss]ocket|Net/IB|ibv_|NET/|[Tt]imeout|remote|"
                 r"system error|failed)|ncclSystemError|ncclInternalError|ncclRemoteError|ncclInvalidUsage|"
                 r"unhandled system error|internal error - please report|remote process exited|"
                 r"Connection reset by peer|Connection refused|Connection closed by peer|DistNetworkError|"
                 r"RendezvousConnectionError|RendezvousTimeoutError|NCCL communicator was aborted|Broken pipe|"
-                r"NCCL error in:|ProcessGroupNCCL.*(?:error|Error)|ncclUnhandledCudaError")),
+                r"NCCL error in:|ProcessGroupNCCL.*(?:error|Error)|ncclUnhandledCudaError|socket has timed out|"
+                r"TCPStore|c10d.*(?:timed out|failed)|CCL_ERROR|oneCCL")),
     (FailureKind.CONFIG_VALIDATION, ("ValidationError", "validation error", "not permitted", "Extra inputs"),
      re.compile(r"ValidationError|validation errors? for \w+|extra fields not permitted|"
                 r"Extra inputs are not permitted")),
@@ -71,12 +74,13 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
 
 # An OOM-ish message that no OOM parser could read (wrapped, abridged, other runtimes).
 _ANY_OOM = re.compile(r"out of memory|OutOfMemoryError|OOM when allocating|RESOURCE_EXHAUSTED|"
+                      r"while trying to allocate \d+ bytes|enough GPU RAM|enough GPU memory|"
                       r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|HIP out of memory|"
                       r"cannot allocate memory|Cannot allocate memory|can't allocate memory|"
                       r"No available memory for the cache blocks|not enough memory", re.I)
 
 
-_OOM_SENTINELS = ("out of memory", "Out of memory", "OutOfMemory", "OOM when", "RESOURCE_EXHAUSTED", "ALLOC_FAILED",
+_OOM_SENTINELS = ("trying to allocate", "enough GPU", "out of memory", "Out of memory", "OutOfMemory", "OOM when", "RESOURCE_EXHAUSTED", "ALLOC_FAILED",
                   "allocate memory", "No available memory", "not enough memory")
 _HOSTISH = re.compile(r"can't allocate memory|[Cc]annot allocate memory|DefaultCPUAllocator|CPU", re.I)
 
@@ -121,6 +125,7 @@ class FailureLineParser:
 
     def finish(self) -> None:
         self._unread_oom()
+        self._rekind_generic_exceptions()
         taken = {(x.ref.source, x.ref.line) for x in (*self.out.failures, *self.out.ooms, *self.out.exits)}
         families_seen = {_family(x.kind) for x in self.out.failures if x.ref.source == self.path}
         per_kind: dict[FailureKind, int] = {}
@@ -145,8 +150,26 @@ class FailureLineParser:
         ln = self._oom
         if ln is None or any(o.ref.source == self.path for o in self.out.ooms):
             return
+        if any(f.ref.source == self.path and f.ref.line == ln.lineno and f.kind.value.startswith("nccl")
+               for f in self.out.failures):
+            return                              # NCCL's own OOM: the NCCL parser has it
         text = ln.text
-        host = bool(_HOSTISH.search(text)) and not re.search(r"CUDA|GPU|HIP|cuda|gpu", text)
+        host = (bool(_HOSTISH.search(text)) and not re.search(r"CUDA|GPU|HIP|cuda|gpu", text)) or bool(
+            re.search(r"on host|host memory|pinned", text))
         self.out.ooms.append(OomEvent(OomKind.HOST if host else OomKind.OTHER, ref(self.path, ln),
                                       rank=line_rank(ln, self.rank_hint), message_format="unparsed",
                                       exception=text.split(":", 1)[0].strip()[:80]))
+
+    def _rekind_generic_exceptions(self) -> None:
+        """An exception line the exception parser could only call generic ("RuntimeError: Connection
+        reset by peer", "RuntimeError: CUDA error: invalid device ordinal") gets the kind its text names."""
+        import dataclasses
+
+        mine = {ln.lineno: kind for kind, ln in self._found if kind is not FailureKind.PYTHON_EXCEPTION}
+        have = {(_family(f.kind), f.rank) for f in self.out.failures if f.ref.source == self.path}
+        for i, f in enumerate(self.out.failures):
+            if f.kind is FailureKind.PYTHON_EXCEPTION and f.ref.source == self.path and f.ref.line in mine:
+                kind = mine[f.ref.line]
+                if (_family(kind), f.rank) not in have:
+                    self.out.failures[i] = dataclasses.replace(f, kind=kind)
+                    have.add((_family(kind), f.rank))
