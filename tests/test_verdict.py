@@ -88,3 +88,28 @@ def test_less_evidence_never_flips_the_verdict_with_confidence(name, drop, kept,
         shutil.copy(p, tmp_path / p.name)
     r = oompost.analyze([str(tmp_path)])
     assert r.cause == expected or r.confidence < 0.8, (r.cause, r.confidence)
+
+
+def test_the_seed_case_gets_its_plan_without_our_capture_scripts_lines(tmp_path):
+    """Issue 6 §4/§5: the 7B ZeRO-2 case, with the lines only our capture script prints removed,
+    is still capacity and still gets a complete rerun plan (model size inferred from the flatten request)."""
+    src = SAMPLES / "capacity_zero2_offload_7b_3090"
+    lines = (src / "run.log").read_text().splitlines(keepends=True)
+    kept = [ln for ln in lines if not ln.startswith(("model: ", "training: "))]
+    assert len(kept) < len(lines)
+    (tmp_path / "run.log").write_text("".join(kept))
+    shutil.copy(src / "ds_config.json", tmp_path)
+    r = oompost.analyze([str(tmp_path)])
+    assert r.cause == "capacity"
+    assert r.rerun is not None and r.rerun.ds_config_diff
+    assert r.rerun.predicted_peak_bytes < 23.19 * 2**30
+    assert any("model size inferred" in w for w in r.warnings)
+
+
+@pytest.mark.parametrize("text,params", [
+    ("--model_name_or_path meta-llama/Llama-2-7b-hf", 7e9), ("loading Qwen2-72B-Instruct", 72e9),
+    ("model=facebook/opt-125m", 125e6), ("Qwen2.5-0.5B", 0.5e9), ("batch 8b tokens", None)])
+def test_model_size_from_its_name(text, params):
+    from oompost.parsers.cues import model_params_from_name
+
+    assert model_params_from_name(text) == (int(params) if params else None)

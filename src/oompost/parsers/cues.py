@@ -58,6 +58,23 @@ _UNIT = {"k": 2**10, "m": 2**20, "g": 2**30}
 _NUMS = re.compile(r"\d+(?:\.\d+)?")
 
 
+# A model's size in its name: "Llama-2-7b-hf", "Qwen2-72B-Instruct", "llama2-7b", "opt-125m", "Qwen2.5-0.5B".
+_FAMILIES = (r"llama|qwen|mistral|mixtral|falcon|bloom|opt|gpt|baichuan|chatglm|glm|internlm|yi|deepseek|gemma|"
+             r"phi|vicuna|pythia|starcoder|codellama|olmo|mpt|neox|bert|t5|whisper|alpaca|moss|aquila|llava|"
+             r"codegen|santacoder|galactica|stablelm|cerebras|dolly|koala|guanaco|wizardlm|orca|zephyr|solar|"
+             r"command|dbrx|jamba|granite|minicpm|skywork|xverse|nemotron")
+MODEL_NAME = re.compile(rf"(?i)(?<![\w.])(?:[\w.-]*/)?(?:{_FAMILIES})[\w.]*?(?:-[\w.]+?)*?[-_](?P<n>\d+(?:\.\d+)?)"
+                        rf"(?P<u>[bBmM])(?![a-zA-Z0-9])")
+
+
+def model_params_from_name(text: str) -> int | None:
+    m = MODEL_NAME.search(text)
+    if m is None:
+        return None
+    n = float(m.group("n")) * (1e9 if m.group("u").lower() == "b" else 1e6)
+    return int(n) if 1e7 <= n <= 2e12 else None
+
+
 def _figure(text: str) -> tuple[str, float] | None:
     m = _FIGURE.search(text)
     if m is None:
@@ -80,7 +97,11 @@ def growing(values: list[float]) -> bool:
 
 
 class CueParser:
-    SENTINELS: tuple[str, ...] = tuple(sorted({s for sents, _ in CUES.values() for s in sents}))
+    SENTINELS: tuple[str, ...] = tuple(sorted({s for sents, _ in CUES.values() for s in sents}
+                                              | {"llama", "Llama", "LLaMA", "qwen", "Qwen", "mistral", "Mistral",
+                                                 "falcon", "bloom", "opt-", "gpt", "GPT", "baichuan", "Baichuan",
+                                                 "chatglm", "ChatGLM", "internlm", "InternLM", "deepseek",
+                                                 "DeepSeek", "gemma", "pythia", "vicuna", "Yi-", "phi-", "Phi-"}))
     TRIGGER = re.compile("|".join(re.escape(s) for s in SENTINELS))
 
     busy = False
@@ -93,9 +114,14 @@ class CueParser:
         self._first: dict[str, LogLine] = {}
         self._series: dict[str, list[float]] = {}
         self._series_ln: dict[str, LogLine] = {}
+        self._model: tuple[int, LogLine] | None = None
 
     def feed(self, ln: LogLine) -> None:
         text = ln.text
+        if self._model is None and ("b" in text or "B" in text):
+            n = model_params_from_name(text)
+            if n is not None:
+                self._model = (n, ln)
         if ("MiB" in text or "MB" in text or "GB" in text or "GiB" in text or "allocated" in text
                 or "emory" in text) and "Tried to allocate" not in text and "total capacity" not in text:
             fig = _figure(text)
@@ -112,6 +138,8 @@ class CueParser:
     def finish(self) -> None:
         for name, n in self._counts.items():
             self.out.fact(f"cue.{name}", n, ref(self.path, self._first[name]))
+        if self._model is not None:
+            self.out.fact("model.params_from_name", self._model[0], ref(self.path, self._model[1]))
         for shape, vals in self._series.items():
             if growing(vals) or (len(vals) == 2 and "MiB / #MiB" in shape and vals[1] >= 1.5 * vals[0] > 0):
                 self.out.fact("cue.memory_growing", len(vals), ref(self.path, self._series_ln[shape]))
