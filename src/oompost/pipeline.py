@@ -16,6 +16,7 @@ from .classify.base import Cause, Finding
 from .errors import InputError
 from .model import Evidence, InputKind
 from .parsers import parse_paths
+from .remedies.ranking import rank
 from .remedies.rerun import RerunPlan, plan
 from .report import (CounterfactualView, OomSummary, RankView, Report, SegmentBlockView, SegmentView,
                      SeriesPoint, StackView)
@@ -66,19 +67,22 @@ def _report(ctx: Context, findings: tuple[Finding, ...], rerun: RerunPlan | None
     timeline, source, unit = _timeline(ctx)
     show_segments = primary.cause is Cause.FRAGMENTATION or bool(
         ctx.snapshot_metrics is not None and getattr(ctx.snapshot_metrics, "fragmentation_suspected", False))
+    fixes, not_worth = rank(ctx, findings, rerun)
+    parts, peak_phase = _estimate_parts(ctx)
     return Report(
         cause=primary.cause.value, sub_cause=primary.sub_cause, confidence=primary.confidence,
-        summary=_summary(ctx, primary, rerun), findings=findings, oom=_oom(ctx),
+        summary=_summary(ctx, primary, rerun, fixes), findings=findings, oom=_oom(ctx),
         ranks=tuple(RankView(r.rank, r.failed, r.first, r.peak_bytes, r.exitcode, r.cause_hint, r.first_failure_line)
                     for r in ctx.ranks),
         rerun=rerun, counterfactuals=_counterfactuals(ctx), inputs=ctx.evidence.inputs,
         timeline=timeline, timeline_source=source, timeline_unit=unit, top_stacks=_stacks(ctx),
         segments=_segments(ctx) if show_segments else (), estimate=_estimate(ctx), facts=_facts(ctx),
         warnings=tuple(f"{w.source}:{w.line or ''} {w.message}" for w in ctx.evidence.warnings) + ctx.notes,
-        version=__version__)
+        version=__version__, fixes=fixes, not_worth=not_worth, estimate_parts=parts,
+        estimate_peak_phase=peak_phase)
 
 
-def _summary(ctx: Context, f: Finding, rerun: RerunPlan | None) -> str:
+def _summary(ctx: Context, f: Finding, rerun: RerunPlan | None, fixes: tuple[Any, ...] = ()) -> str:
     """One sentence a person can act on: what failed, where, and what to change."""
     where = f" {_PHASE_WORDS.get(ctx.phase.phase.value, '')}" if ctx.oom is not None and \
         ctx.phase.phase.value in _PHASE_WORDS else ""
@@ -88,12 +92,43 @@ def _summary(ctx: Context, f: Finding, rerun: RerunPlan | None) -> str:
     if words:
         s += " Rerun with " + ", ".join(words[:4]) + ("…" if len(words) > 4 else "")
         if rerun is not None and rerun.predicted_peak_bytes and rerun.device_bytes:
-            s += f": predicted peak {fmt_bytes(rerun.predicted_peak_bytes)} of {fmt_bytes(rerun.device_bytes)}"
+            if rerun.basis == "replay":
+                s += (f": the recorded trace replays without failing (peak {fmt_bytes(rerun.predicted_peak_bytes)}"
+                      f" of {fmt_bytes(rerun.device_bytes)})")
+            else:
+                s += f": predicted peak {fmt_bytes(rerun.predicted_peak_bytes)} of {fmt_bytes(rerun.device_bytes)}"
+                if rerun.fits is False:
+                    s += " (still too large)"
+        if rerun is not None and rerun.changes_global_batch:
+            s += f"; this changes the global batch {rerun.global_batch[0]} → {rerun.global_batch[1]}"
         s += "."
-    elif f.fixes:
-        fx = f.fixes[0]
-        s += f" Fix: {fx.key}" + (f" = {fx.value}" if fx.kind != "code" and fx.value is not None else "") + "."
+    else:
+        fx = next((x.fix for x in fixes if not x.plan), None) if fixes else (f.fixes[0] if f.fixes else None)
+        if fx is not None:
+            s += f" Fix: {fx.key}" + (f" = {fx.value}" if fx.kind != "code" and fx.value is not None else "") + "."
     return s
+
+
+def _estimate_parts(ctx: Context) -> tuple[tuple[tuple[str, int], ...], str]:
+    """The configured run's predicted peak as parts that add up to it: the
+    start-up parts when start-up is the peak, else the step's."""
+    e = ctx.estimate
+    if e is None:
+        return (), ""
+    b = {k: int(v) for k, v in e.breakdown.items()}
+    total = int(e.predicted_peak_bytes)
+    if total == int(e.startup_peak_bytes) and total != int(e.step_peak_bytes):
+        parts = [("weights", b.get("weights", 0)), ("held during initialize", b.get("startup_extra", 0)),
+                 ("context", b.get("context", 0)), ("nccl", b.get("nccl", 0))]
+        phase = "initialize"
+    else:
+        parts = [(k, v) for k, v in b.items() if k not in ("kv_cache", "startup_extra")]
+        phase = e.peak_phase or "step"
+    parts = [(k, v) for k, v in parts if v > 0]
+    rest = total - sum(v for _, v in parts)
+    if rest > 0:
+        parts.append(("other (not itemised)", rest))
+    return tuple(parts), phase
 
 
 _PHASE_WORDS = {
@@ -158,10 +193,21 @@ def _oom(ctx: Context) -> OomSummary | None:
 
 
 def _counterfactuals(ctx: Context) -> tuple[CounterfactualView, ...]:
+    """The allocator replays, in words no stronger than a replay that stops at the OOM allows."""
+    from .remedies.pricing import HEADROOM_WARN
+
     out = []
+    L = ctx.limit_bytes
     for c in ctx.counterfactuals:
+        note = str(getattr(c, "note", "") or "")
+        tight = bool(not c.oom and L and c.peak_reserved_bytes is not None
+                     and L - c.peak_reserved_bytes < HEADROOM_WARN * L)
+        if not c.oom and note.startswith("fits"):
+            note = "replays without failing" + note[len("fits"):]
+        if tight:
+            note += f"; less than {HEADROOM_WARN:.0%} headroom under the {fmt_bytes(L)} limit"
         out.append(CounterfactualView(getattr(c, "label", c.setting) or "(recorded settings)", bool(c.oom),
-                                      c.peak_reserved_bytes, getattr(c, "note", ""), "replay"))
+                                      c.peak_reserved_bytes, note, "replay", tight))
     return tuple(out)
 
 
