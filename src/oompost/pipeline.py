@@ -64,7 +64,7 @@ def report_from_evidence(ev: Evidence) -> Report:
 
 def _report(ctx: Context, findings: tuple[Finding, ...], rerun: RerunPlan | None) -> Report:
     primary = findings[0]
-    timeline, source, unit = _timeline(ctx)
+    timeline, source, unit = _timeline(ctx, primary)
     show_segments = primary.cause is Cause.FRAGMENTATION or bool(
         ctx.snapshot_metrics is not None and getattr(ctx.snapshot_metrics, "fragmentation_suspected", False))
     fixes, not_worth = rank(ctx, findings, rerun)
@@ -211,7 +211,15 @@ def _counterfactuals(ctx: Context) -> tuple[CounterfactualView, ...]:
     return tuple(out)
 
 
-def _timeline(ctx: Context) -> tuple[tuple[SeriesPoint, ...], str, str]:
+def _timeline(ctx: Context, primary: Finding | None = None) -> tuple[tuple[SeriesPoint, ...], str, str]:
+    """The picture that proves the verdict: a leak or a spike shows the per-step
+    series (the growth, or the step that broke away), the OOM marked one step
+    after the last logged step; otherwise the snapshot's allocator trace."""
+    if primary is not None and primary.cause in (Cause.LEAK, Cause.ACTIVATION_SPIKE) and len(ctx.steps) >= 3:
+        pts = _step_points(ctx)
+        if ctx.oom is not None:
+            pts.append(SeriesPoint(ctx.steps[-1].step + 1, None, None, "oom"))
+        return tuple(pts), "steps", "step"
     if ctx.snapshot is not None and any(ctx.snapshot.traces):
         try:
             from .analysis.snapshot_metrics import timeline
@@ -225,10 +233,13 @@ def _timeline(ctx: Context) -> tuple[tuple[SeriesPoint, ...], str, str]:
         except Exception:
             pass
     if ctx.steps:
-        return tuple(SeriesPoint(p.step, p.allocated if p.allocated is not None else p.max_allocated,
-                                 p.reserved if p.reserved is not None else p.max_reserved)
-                     for p in ctx.steps), "steps", "step"
+        return tuple(_step_points(ctx)), "steps", "step"
     return (), "", ""
+
+
+def _step_points(ctx: Context) -> list[SeriesPoint]:
+    return [SeriesPoint(p.step, p.allocated if p.allocated is not None else p.max_allocated,
+                        p.reserved if p.reserved is not None else p.max_reserved) for p in ctx.steps]
 
 
 def _stacks(ctx: Context) -> tuple[StackView, ...]:
