@@ -6,6 +6,7 @@ of the one before it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,6 +17,7 @@ from .classify.base import Cause, Finding
 from .errors import InputError
 from .model import Evidence, InputKind
 from .parsers import parse_paths
+from .progress import stage
 from .remedies.ranking import rank
 from .remedies.rerun import RerunPlan, plan
 from .report import (CounterfactualView, OomSummary, RankView, Report, SegmentBlockView, SegmentView,
@@ -35,17 +37,23 @@ _CAUSE_WORDS = {
 }
 
 
-def analyze(paths: str | Iterable[str], ds_config: str | None = None) -> Report:
+def analyze(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+            ds_config: str | os.PathLike[str] | None = None) -> Report:
     """Analyse crash artifacts (logs, snapshot pickles, directories holding them)."""
-    if isinstance(paths, str):
+    if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    paths = [os.fspath(p) for p in paths]
+    ds_config = os.fspath(ds_config) if ds_config is not None else None
     from .dsconfig.validate import prefetch
 
     prefetch()                     # DeepSpeed's import overlaps the parsing (used to validate a rerun config)
+    stage(f"reading {len(paths)} input(s)")
     ev = parse_paths(list(paths), ds_config=ds_config)
     usable = [i for i in ev.inputs if i.kind is not InputKind.UNKNOWN and not (
         i.kind is InputKind.SNAPSHOT and not ev.snapshots)]
-    if not usable:
+    said_nothing = not (ev.ooms or ev.failures or ev.exits or ev.facts or ev.memory or ev.ds_configs
+                        or ev.snapshots)
+    if not usable or said_nothing:
         reasons = "; ".join(f"{i.path}: {', '.join(i.warnings) or 'not a log, snapshot or config'}"
                             for i in ev.inputs) or "no files found"
         raise InputError(f"nothing usable in the inputs ({reasons})")
@@ -53,6 +61,7 @@ def analyze(paths: str | Iterable[str], ds_config: str | None = None) -> Report:
 
 
 def report_from_evidence(ev: Evidence) -> Report:
+    stage("analysing the evidence")
     ctx = build_context(ev)
     findings = classify(ctx)
     primary = findings[0]

@@ -25,11 +25,18 @@ _OFFLOAD = click.Choice(["none", "cpu", "nvme"])
 
 
 def _gpu_mem(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    """'24GiB', '80GB', '40G' → bytes, always binary (GB = GiB, as torch prints)."""
+    """'24GiB', '80GB', '40G' → bytes, always binary (GB = GiB, as torch prints).
+    A bare number is GiB ('80' = 80 GiB); one too large to be GiB is refused."""
     if value is None:
         return None
+    bare = value.strip().replace("_", "")
     try:
-        n = parse_human_size_arg(value)
+        if bare and bare.replace(".", "", 1).isdigit():
+            gib_count = float(bare)
+            if gib_count > 16384:
+                raise click.BadParameter(f"{value!r} GiB per GPU is not a GPU; give a unit, e.g. 80GiB")
+            bare += "GiB"
+        n = parse_human_size_arg(bare)
     except ValueError:
         raise click.BadParameter(f"not a size: {value!r} (e.g. 24GiB, 80GB, 40G)") from None
     if n <= 0:
@@ -50,7 +57,7 @@ def _fail(ctx: click.Context, message: str) -> None:
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs per node.")
 @click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--gpu-mem", "gpu_mem", callback=_gpu_mem, default=None, metavar="SIZE",
-              help="Memory per GPU the process may use, e.g. 24GiB, 80GB (binary units). Default 80GiB.")
+              help="Memory per GPU the process may use, e.g. 24GiB, 80GB, 80 (= GiB; binary units). Default 80GiB.")
 @click.option("--micro-batch", type=click.IntRange(min=1), default=None,
               help="Micro-batch per GPU (default: ds_config's train_micro_batch_size_per_gpu, else 1).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True)
