@@ -300,10 +300,18 @@ def _facts(ctx: Context) -> tuple[tuple[str, str], ...]:
     add("model parameters", f"{int(s.get('model_params')):,}" if s.get("model_params") else None)
     add("model shape (memory model)", ctx.spec.describe() if ctx.spec else None)
     add("DeepSpeed", "yes" if s.deepspeed else None)
-    add("ZeRO stage", s.get("zero_stage"))
-    if s.deepspeed:
-        add("offload", f"optimizer={s.offload_optimizer}, param={s.offload_param}")
-    add("dtype", s.dtype if s.deepspeed else None)
+    m = s.ds                                   # the typed ds_config: defaults are said to be defaults
+    if m is not None and s.ds_config_origin == "file":
+        add("ZeRO stage", m.zero_stage.describe())
+        add("offload", f"optimizer={m.offload_optimizer.describe()}, param={m.offload_param.describe()}")
+        dtype_logged = ctx.evidence.fact_value("deepspeed.dtype") is not None
+        add("dtype", m.precision.describe() if (m.precision.stated or not dtype_logged)
+            else f"{s.dtype} (from the engine's log" + (', the config says "auto")' if m.precision.auto else ")"))
+    else:
+        add("ZeRO stage", s.get("zero_stage"))
+        if s.deepspeed:
+            add("offload", f"optimizer={s.offload_optimizer}, param={s.offload_param}")
+        add("dtype", s.dtype if s.deepspeed else None)
     add("world size", s.get("world_size"))
     add("micro-batch", s.get("micro_batch"))
     add("gradient accumulation", s.get("grad_accum"))

@@ -16,7 +16,7 @@ import click
 from oompost.errors import InputError
 from oompost.estimate.memory import Estimate, TrainSetup, estimate as run_estimate
 from oompost.estimate.models import ModelSpec, load_model_spec
-from oompost.sources import load_json_object
+from oompost.dsconfig.model import load_ds_config
 from oompost.units import GiB, parse_human_size_arg
 
 __all__ = ["estimate"]
@@ -68,7 +68,8 @@ def _fail(ctx: click.Context, message: str) -> None:
 @click.option("--attn", type=click.Choice(["eager", "sdpa", "flash"]), default="sdpa", show_default=True)
 @click.option("--lora-rank", type=click.IntRange(min=1), default=None, help="LoRA rank (q,k,v,o); omit for full fine-tune.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
-              help="Overrides the ds_config's bf16/fp16 (default bf16 without a ds_config).")
+              help="Overrides the ds_config's bf16/fp16 (without either section DeepSpeed trains in fp32; "
+                   "default bf16 without a ds_config).")
 @click.option("--amp/--no-amp", "amp", default=True, show_default=True,
               help="Plain PyTorch only: AMP over an fp32 model, or the model itself in the 16-bit dtype.")
 @click.option("--optimizer-offload", type=_OFFLOAD, default=None, help="Overrides zero_optimization.offload_optimizer.")
@@ -95,7 +96,10 @@ def estimate(ctx: click.Context, model_arg: str, ds_config: Path | None, gpus: i
     }
     try:
         if ds_config is not None:
-            setup = TrainSetup.from_ds_config(load_json_object(ds_config, "ds_config"), **overrides)
+            model, _ = load_ds_config(ds_config)            # the one ds_config reader (hjson, like DeepSpeed)
+            if dtype is None:
+                overrides["dtype"] = model.precision.value
+            setup = TrainSetup.from_ds_config(dict(model.raw), **overrides)
         else:
             if (optimizer_offload or "none") != "none" or (param_offload or "none") != "none":
                 raise click.UsageError("offload needs DeepSpeed: pass --ds-config with a ZeRO stage")

@@ -218,11 +218,16 @@ def _buckets(ctx: Context, d: _Draft) -> bool:
         return False
     zero = d.cfg.setdefault("zero_optimization", {})
     changed = False
+    from ..dsconfig.model import DEFAULT_BUCKET, recommended_bucket
+
+    elem = 4 if ctx.setup.dtype == "fp32" else 2
     for key in ("reduce_bucket_size", "allgather_bucket_size"):
         v = zero.get(key)
-        if isinstance(v, (int, float)) and v > 5e8:
-            zero[key] = 500_000_000
-            d.changes.append(f"zero_optimization.{key}: {v:.0e} → 5e8 (DeepSpeed's default)")
+        if isinstance(v, (int, float)) and v > DEFAULT_BUCKET:
+            new = recommended_bucket(int(v), elem * 2)          # the size `oompost check` suggests too
+            zero[key] = new
+            d.changes.append(f"zero_optimization.{key}: {_num(v)} → {_num(new)} (DeepSpeed's default; "
+                             "`oompost check` suggests the same)")
             changed = True
     if ctx.phase.phase.value == "zero3_gather":
         for key, div in (("stage3_max_live_parameters", 4), ("stage3_prefetch_bucket_size", 2)):
@@ -232,10 +237,11 @@ def _buckets(ctx: Context, d: _Draft) -> bool:
                 d.changes.append(f"zero_optimization.{key}: {int(v):,} → {int(v) // div:,}")
                 changed = True
     if not changed:
-        v = zero.get("reduce_bucket_size", 500_000_000)
+        v = zero.get("reduce_bucket_size", DEFAULT_BUCKET)
         if isinstance(v, (int, float)):
-            zero["reduce_bucket_size"] = int(v) // 4
-            d.changes.append(f"zero_optimization.reduce_bucket_size: {int(v):,} → {int(v) // 4:,}")
+            new = recommended_bucket(int(v), elem * 2)
+            zero["reduce_bucket_size"] = new
+            d.changes.append(f"zero_optimization.reduce_bucket_size: {_num(v)} → {_num(new)}")
             changed = True
     over = {"reduce_bucket_size": int(zero.get("reduce_bucket_size", 500_000_000))}
     w = d.pricer.what_if("smaller buckets", **over)
@@ -430,6 +436,11 @@ def _host(ctx: Context, d: _Draft) -> bool:
 
 
 # ------------------------------------------------------------------ helpers
+
+def _num(v: Any) -> str:
+    """5e8 as '500,000,000' (what the config and `oompost check` show)."""
+    return f"{int(v):,}" if isinstance(v, (int, float)) and float(v).is_integer() else repr(v)
+
 
 def _halvings(mb: int) -> list[int]:
     out = [mb]
