@@ -12,12 +12,14 @@ purpose (so they can fail).
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
 
 import oompost
 from oompost.classify.base import Cause, Finding, Fix, NotAFix, Severity
+from oompost.render import render
 from oompost.report_checks import problems
 
 ROOT = Path(__file__).parent.parent
@@ -185,3 +187,21 @@ def test_checks_catch_contradictions(reports):
     replay = copy.deepcopy(reports["fragmentation_dynamic_padding"].to_json())
     replay["counterfactuals"][1]["note"] = "fits: peak reserved 29.02 GiB"
     assert any("called 'fits'" in p for p in problems(replay))
+
+
+# ------------------------------------------------------------------ the shipped JSON Schema
+
+
+def test_every_report_json_validates_against_the_shipped_schema(reports):
+    jsonschema = pytest.importorskip("jsonschema")
+    from oompost.report import json_schema
+
+    schema = json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    v = jsonschema.Draft202012Validator(schema)
+    for name, r in reports.items():
+        errors = sorted(v.iter_errors(json.loads(render(r, "json"))), key=str)
+        assert not errors, (name, [f"{list(e.path)}: {e.message}" for e in errors[:5]])
+    bad = json.loads(render(reports["leak_logits_kept_for_metrics"], "json"))
+    bad["cause"] = "gremlins"
+    assert list(v.iter_errors(bad))

@@ -18,6 +18,14 @@ from .remedies.rerun import RerunPlan
 SCHEMA = "oompost.report/1"
 
 
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of report.json, shipped in the package (``oompost/data/report.schema.json``)."""
+    import json
+    from importlib.resources import files
+
+    return json.loads(files("oompost").joinpath("data/report.schema.json").read_text(encoding="utf-8"))
+
+
 @dataclass(frozen=True, slots=True)
 class OomSummary:
     """The first failing rank's OOM, as DESIGN.md's ``oom`` object."""
