@@ -205,3 +205,32 @@ def test_every_report_json_validates_against_the_shipped_schema(reports):
     bad = json.loads(render(reports["leak_logits_kept_for_metrics"], "json"))
     bad["cause"] = "gremlins"
     assert list(v.iter_errors(bad))
+
+
+# ------------------------------------------------------------------ the rerun plan from the log (issue 6 §5)
+
+
+def test_seed_case_gets_its_plan_from_the_log_and_the_config_alone(tmp_path):
+    """No snapshot: the 7B ZeRO-2 + offload run's log and its ds_config give a complete plan,
+    the model size inferred from the log, accepted by DeepSpeed's own validation."""
+    seed = SAMPLES / "capacity_zero2_offload_7b_3090"
+    r = oompost.analyze([seed / "run.log"], ds_config=seed / "ds_config.json")
+    assert r.cause == "capacity" and r.rerun is not None
+    assert r.rerun.ds_config is not None and r.rerun.ds_config["zero_optimization"]["stage"] == 3
+    assert r.rerun.predicted_peak_bytes and r.rerun.fits
+    assert r.rerun.validated_by_deepspeed in (True, None)        # None only where DeepSpeed is not installed
+    assert problems(r.to_json()) == []
+
+
+def test_without_the_config_the_plan_is_the_minimal_diff_and_says_what_it_assumed(tmp_path):
+    seed = SAMPLES / "capacity_zero2_offload_7b_3090"
+    log = tmp_path / "run.log"
+    log.write_text("".join(ln for ln in (seed / "run.log").read_text().splitlines(keepends=True)
+                           if not ln.startswith("DeepSpeed config:")))
+    r = oompost.analyze(log)
+    assert r.rerun is not None and r.rerun.ds_config is None
+    assert r.rerun.ds_config_diff.get("zero_optimization", {}).get("stage") == 3
+    assert r.rerun.predicted_peak_bytes and r.rerun.assumed
+    assert any("not in the inputs" in n for n in r.rerun.notes)
+    assert not any("did not use DeepSpeed" in n for n in r.rerun.notes)
+    assert problems(r.to_json()) == []

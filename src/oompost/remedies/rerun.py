@@ -44,6 +44,7 @@ class RerunPlan:
     global_batch: tuple[int | None, int | None] = (None, None)     # per optimizer step, before → after
     overrides: dict[str, Any] | None = None                          # the priced change (estimator fields)
     basis: str = "model"                                             # "model" (memory model) | "replay" | ""
+    assumed: tuple[str, ...] = ()                                    # the config a partial plan was priced for
 
     @property
     def changes_global_batch(self) -> bool:
@@ -59,7 +60,7 @@ class RerunPlan:
                 "validated_by_deepspeed": self.validated_by_deepspeed,
                 "validation_errors": list(self.validation_errors), "notes": list(self.notes),
                 "alternatives": list(self.alternatives), "breakdown": dict(self.breakdown),
-                "basis": self.basis, "global_batch": {"before": self.global_batch[0], "after": self.global_batch[1]}}
+                "basis": self.basis, "assumed": list(self.assumed), "global_batch": {"before": self.global_batch[0], "after": self.global_batch[1]}}
 
 
 @dataclass
@@ -74,6 +75,8 @@ class _Draft:
     alternatives: list[str] = field(default_factory=list)
     pricer: Pricer = None  # type: ignore[assignment]
     basis: str = ""                    # "replay" when the predicted peak is an allocator replay's
+    partial_diff: dict[str, Any] = field(default_factory=dict)   # the change, when the config is unknown
+    assumed: tuple[str, ...] = ()      # what the prediction assumed about an unknown config
 
 
 def plan(ctx: Context, primary: Finding, pricer: Pricer | None = None) -> RerunPlan | None:
@@ -322,9 +325,28 @@ def _capacity(ctx: Context, d: _Draft) -> bool:
             if "offload_param" in zero and zero.get("stage", stage) < 3:
                 zero.pop("offload_param")
                 d.changes.append("zero_optimization.offload_param removed (ignored below stage 3)")
+    elif s.deepspeed:
+        # a DeepSpeed run whose config is not in the inputs: the plan is the minimal diff, priced for the
+        # configuration the inputs show (and said to be assumed where they do not show it)
+        zdiff: dict[str, Any] = {}
+        if over.get("zero_stage") is not None and over["zero_stage"] != stage:
+            zdiff["stage"] = over["zero_stage"]
+            d.changes.append(f"zero_optimization.stage: {stage if s.get('zero_stage') is not None else '?'} → "
+                             f"{over['zero_stage']}")
+        for what in ("optimizer", "param"):
+            if over.get(f"offload_{what}") == "cpu" and getattr(s, f"offload_{what}") == "none":
+                zdiff[f"offload_{what}"] = {"device": "cpu", "pin_memory": True}
+                d.changes.append(f"zero_optimization.offload_{what}: cpu (pinned)")
+        d.partial_diff = {"zero_optimization": zdiff} if zdiff else {}
+        d.assumed = _assumed(ctx)
+        d.notes.append("the run's ds_config is not in the inputs (give it with --ds-config, or put it in the job "
+                       "directory): apply this diff to it; the prediction assumes " + "; ".join(d.assumed))
     else:
         d.notes.append("the run did not use DeepSpeed: these are DeepSpeed settings to adopt")
         d.cfg = _minimal_ds_config(ctx, over)
+        d.changes.append(f"adopt DeepSpeed ZeRO-{over.get('zero_stage', 2)}"
+                         + ("".join(f", offload_{w}=cpu" for w in ("optimizer", "param")
+                                    if over.get(f"offload_{w}") == "cpu")))
     if "micro_batch" in over:
         mb = int(s.get("micro_batch", 1) or 1)
         gas = int(s.get("grad_accum", 1) or 1)
@@ -437,6 +459,20 @@ def _host(ctx: Context, d: _Draft) -> bool:
 
 # ------------------------------------------------------------------ helpers
 
+def _assumed(ctx: Context) -> tuple[str, ...]:
+    """The configuration a prediction was made for, each value with where it came from."""
+    s = ctx.setup
+    out = []
+    for label, name, default in (("ZeRO stage", "zero_stage", 0), ("micro-batch", "micro_batch", 1),
+                                 ("gradient accumulation", "grad_accum", 1), ("world size", "world_size", 1),
+                                 ("sequence length", "seq_len", 1024)):
+        v = s.get(name)
+        out.append(f"{label} {v} (from the log)" if v is not None else f"{label} {default} (assumed)")
+    out.append(f"offload optimizer={s.offload_optimizer}, param={s.offload_param} (from the log, else none)")
+    out.append(f"{s.dtype}" + (" (from the log)" if ctx.evidence.fact_value("deepspeed.dtype") else " (assumed)"))
+    return tuple(out)
+
+
 def _num(v: Any) -> str:
     """5e8 as '500,000,000' (what the config and `oompost check` show)."""
     return f"{int(v):,}" if isinstance(v, (int, float)) and float(v).is_integer() else repr(v)
@@ -504,7 +540,7 @@ def _diff(old: Any, new: Any) -> Any:
 
 def _finish(ctx: Context, d: _Draft) -> RerunPlan:
     old = ctx.setup.ds_config or {}
-    diff = _diff(old, d.cfg) if d.cfg is not None else {}
+    diff = _diff(old, d.cfg) if d.cfg is not None else dict(d.partial_diff)
     validated = None
     errors: tuple[str, ...] = ()
     if d.cfg is not None:
@@ -536,6 +572,6 @@ def _finish(ctx: Context, d: _Draft) -> RerunPlan:
         host_bytes=est.host_bytes if est else None,
         global_batch_kept=round(gb1 / gb0, 3) if gb0 and gb1 else None, global_batch=(gb0, gb1),
         overrides=dict(d.estimate.overrides) if d.estimate is not None else None,
-        basis=d.basis or ("model" if predicted is not None else ""),
+        basis=d.basis or ("model" if predicted is not None else ""), assumed=tuple(d.assumed),
         validated_by_deepspeed=validated, validation_errors=errors, notes=tuple(d.notes),
         alternatives=tuple(d.alternatives), breakdown=dict(est.breakdown) if est else {})
