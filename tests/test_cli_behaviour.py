@@ -144,3 +144,19 @@ def test_progress_is_silent_when_not_a_terminal_and_shown_on_one():
 def test_no_progress_escape_codes_through_the_runner(tmp_path):
     r = run("analyze", str(LEAK), "-o", str(tmp_path / "o"), "--format", "json")
     assert r.exit_code == 0 and "\x1b" not in r.output
+
+
+def test_redact_covers_file_and_directory_names(tmp_path):
+    job = tmp_path / "alice-llama-secretproj"
+    job.mkdir()
+    (job / "alice_train_0412.log").write_text((LEAK / "run.log").read_text())
+    (job / "run.log").write_text((LEAK / "run.log").read_text())
+    out = tmp_path / "o"
+    r = run("analyze", str(job), "-o", str(out), "--redact", "-q")
+    assert r.exit_code == 0, r.output
+    for name in ("report.md", "report.json", "report.html"):
+        text = (out / name).read_text()
+        assert "alice" not in text and "secretproj" not in text, name
+    data = json.loads((out / "report.json").read_text())
+    paths = sorted(i["path"] for i in data["inputs"])
+    assert paths == ["<dir-1>/<file-1>.log", "<dir-1>/run.log"]         # generic names kept, so it still reads
