@@ -234,3 +234,17 @@ def test_without_the_config_the_plan_is_the_minimal_diff_and_says_what_it_assume
     assert any("not in the inputs" in n for n in r.rerun.notes)
     assert not any("did not use DeepSpeed" in n for n in r.rerun.notes)
     assert problems(r.to_json()) == []
+
+
+def test_predictions_outside_the_measured_range_say_so(tmp_path):
+    seed = SAMPLES / "capacity_zero2_offload_7b_3090"
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "run.log").write_text((seed / "run.log").read_text().replace("torch 2.11.0+cu130", "torch 2.4.1+cu121"))
+    (job / "ds_config.json").write_text((seed / "ds_config.json").read_text())
+    r = oompost.analyze(job)
+    assert "±5%, outside the measured range" in r.summary
+    priced = [x for x in r.fixes if x.basis == "model"]
+    assert priced and all("torch 2.4.1 (measured: 2.11)" in x.note for x in priced)
+    inside = oompost.analyze([seed / "run.log", seed / "ds_config.json"])
+    assert "measured range" not in inside.summary

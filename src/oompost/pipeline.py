@@ -106,6 +106,11 @@ def _summary(ctx: Context, f: Finding, rerun: RerunPlan | None, fixes: tuple[Any
                       f" of {fmt_bytes(rerun.device_bytes)})")
             else:
                 s += f": predicted peak {fmt_bytes(rerun.predicted_peak_bytes)} of {fmt_bytes(rerun.device_bytes)}"
+                from .remedies.pricing import uncertainty
+
+                width, _ = uncertainty(ctx)
+                if width:
+                    s += f" (±{width:.0%}, outside the measured range)"
                 if rerun.fits is False:
                     s += " (still too large)"
         if rerun is not None and rerun.changes_global_batch:

@@ -71,3 +71,32 @@ def verdict(peak: int | None, limit: int | None) -> str:
     if peak <= limit:
         return "tight"
     return "too_large"
+
+
+# Where the memory model was measured (docs/estimator_accuracy.md, README "Limits").
+MEASURED_FAMILIES = ("llama",)                   # Llama / Qwen-family decoders
+MEASURED_DEEPSPEED = "0.19"
+MEASURED_TORCH = ("2.11",)
+
+
+def uncertainty(ctx: Context) -> tuple[float, str]:
+    """(relative uncertainty, why) of a predicted peak for this run: 0 inside the
+    measured range, wider outside it (another architecture, another DeepSpeed or
+    torch release).  The widths are judgement, stated as such, not measurements."""
+    why: list[str] = []
+    width = 0.0
+    spec = ctx.spec
+    if spec is not None and getattr(spec, "family", "llama") not in MEASURED_FAMILIES:
+        why.append(f"a {spec.family} model (measured: Llama/Qwen-family)")
+        width = max(width, 0.20)
+    ds = ctx.setup.deepspeed_version
+    if ctx.setup.deepspeed and ds and not ds.startswith(MEASURED_DEEPSPEED):
+        why.append(f"DeepSpeed {ds} (measured: {MEASURED_DEEPSPEED}.x)")
+        width = max(width, 0.10)
+    tv = ctx.setup.torch_version
+    if tv and not tv.startswith(MEASURED_TORCH):
+        why.append(f"torch {tv.split('+')[0]} (measured: {', '.join(MEASURED_TORCH)})")
+        width = max(width, 0.05)
+    if not why:
+        return 0.0, ""
+    return width, (f"±{width:.0%}: outside the memory model's measured range (" + "; ".join(why) + ")")

@@ -27,7 +27,7 @@ from typing import Any
 from ..analysis.context import Context
 from ..classify.base import Cause, Finding, Fix, NotAFix, Severity
 from ..units import fmt_bytes
-from .pricing import HEADROOM_WARN, Pricer, verdict
+from .pricing import HEADROOM_WARN, Pricer, uncertainty, verdict
 from .rerun import RerunPlan
 
 HOLDS = 0.5
@@ -119,6 +119,9 @@ def rank(ctx: Context, findings: tuple[Finding, ...], rerun: RerunPlan | None,
         # the plan is the top fix unless it is predicted not to fit while another fix fits
         pos = 0 if g <= 1 else next((i for i, e in enumerate(fixes) if _GROUP.get(e.verdict, 1) >= g), len(fixes))
         fixes.insert(pos, plan_entry)
+    width, why_unsure = uncertainty(ctx)
+    if why_unsure:
+        fixes = [_with(e, note=f"{e.note} ({why_unsure})") if e.basis == "model" and e.note else e for e in fixes]
     fixes = [_with(e, rank=i + 1) for i, e in enumerate(fixes)]
 
     for f in sources:
