@@ -115,6 +115,22 @@ def not_fixes(report: "Report") -> list["NotAFix"]:
     return list(primary.not_fixes) if primary else []
 
 
+def whatif_caveat(report: "Report") -> str:
+    """When a replay gets past the OOM but the verdict is that the run cannot fit,
+    say why the two do not contradict each other."""
+    if report.cause not in ("capacity", "leak") or not any(not c.oom for c in report.counterfactuals):
+        return ""
+    est = report.estimate or {}
+    peak = est.get("predicted_peak_bytes")
+    limit = report.oom.limit_bytes if report.oom else None
+    tail = (f" (the memory model puts the configured run at {gib(peak)} against {gib(limit)})"
+            if isinstance(peak, int) and limit else "")
+    what = "the run needs more memory than the limit" if report.cause == "capacity" else \
+        "memory keeps growing every step"
+    return (f"The verdict does not rest on these replays: {what}{tail}. A setting that gets the recorded trace past "
+            "the failing allocation only moves the OOM to a later one, so none of them is proposed as a fix.")
+
+
 def secondary_findings(report: "Report") -> list["Finding"]:
     return [f for f in report.findings if not f.primary]
 

@@ -18,7 +18,7 @@ import orjson
 from markupsafe import Markup
 
 from . import (asset_source, cause_title, env_lines, environment, gib, limit_label, not_fixes, oom_numbers,
-               ranked_fixes, secondary_findings, trainer_arg_words)
+               ranked_fixes, secondary_findings, trainer_arg_words, whatif_caveat)
 from .json_out import report_data
 from ..units import GiB, fmt_bytes
 
@@ -462,6 +462,7 @@ def _context(report: "Report") -> dict[str, Any]:
         "est_limit": (report.oom.limit_bytes if report.oom and report.oom.limit_bytes else
                       (rr.device_bytes if rr else None)),
         "plan_fix": next((x for x in ranked_fixes(report) if x.plan), None),
+        "whatif_caveat": whatif_caveat(report),
         "est_assumptions": [str(a) for a in est.get("assumptions", [])] if est else [],
         "est_headline": [(label, est.get(key)) for label, key in (
             ("predicted peak", "predicted_peak_bytes"), ("start-up peak", "startup_peak_bytes"),
