@@ -229,11 +229,21 @@ def _timeline(ctx: Context, primary: Finding | None = None) -> tuple[tuple[Serie
     """The picture that proves the verdict: a leak or a spike shows the per-step
     series (the growth, or the step that broke away), the OOM marked one step
     after the last logged step; otherwise the snapshot's allocator trace."""
-    if primary is not None and primary.cause in (Cause.LEAK, Cause.ACTIVATION_SPIKE) and len(ctx.steps) >= 3:
+    if primary is not None and primary.cause is Cause.LEAK and len(ctx.steps) >= 3:
         pts = _step_points(ctx)
         if ctx.oom is not None:
             pts.append(SeriesPoint(ctx.steps[-1].step + 1, None, None, "oom"))
         return tuple(pts), "steps", "step"
+    if primary is not None and primary.cause is Cause.ACTIVATION_SPIKE and len(ctx.steps) >= 2:
+        # the peak of every logged step, and what the failing step needed at least (allocated + request)
+        pts = [SeriesPoint(p.step, p.max_allocated if p.max_allocated is not None else p.allocated,
+                           p.max_reserved if p.max_reserved is not None else p.reserved) for p in ctx.steps]
+        o = ctx.oom
+        if o is not None:
+            need = (o.allocated_bytes + (o.requested_bytes or 0)) if o.allocated_bytes is not None else None
+            held = (o.allocated_bytes + (o.reserved_unallocated_bytes or 0)) if o.allocated_bytes is not None else None
+            pts.append(SeriesPoint(ctx.steps[-1].step + 1, need, held, "oom"))
+        return tuple(pts), "steps", "step (peak within each step; at the OOM: allocated + the request)"
     if ctx.snapshot is not None and any(ctx.snapshot.traces):
         try:
             from .analysis.snapshot_metrics import timeline
