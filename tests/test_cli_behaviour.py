@@ -160,3 +160,13 @@ def test_redact_covers_file_and_directory_names(tmp_path):
     data = json.loads((out / "report.json").read_text())
     paths = sorted(i["path"] for i in data["inputs"])
     assert paths == ["<dir-1>/<file-1>.log", "<dir-1>/run.log"]         # generic names kept, so it still reads
+
+
+def test_terminal_lines_are_cut_between_words():
+    from oompost.render import clip
+
+    text = "the offload_param already in the config takes effect (it was ignored at stage 2)"
+    out = clip(text, 40)
+    assert len(out) <= 40 and out.endswith("…")
+    assert text.startswith(out[:-1]) and text[len(out) - 1] == " "        # the cut falls on a space
+    assert clip("x" * 100, 10) == "x" * 9 + "…"                           # one long token: cut, said so
