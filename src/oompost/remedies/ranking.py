@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.context import Context
-from ..classify.base import Cause, Finding, Fix, NotAFix, Severity
+from ..classify.base import Finding, Fix, NotAFix, Severity
 from ..units import fmt_bytes
 from .pricing import HEADROOM_WARN, Pricer, uncertainty, verdict
 from .rerun import RerunPlan
@@ -78,8 +78,8 @@ def rank(ctx: Context, findings: tuple[Finding, ...], rerun: RerunPlan | None,
     pricer = pricer or Pricer(ctx)
     primary = findings[0] if findings else None
     sources: list[Finding] = []
-    if primary is not None and (holds(primary) or primary.cause is not Cause.UNKNOWN):
-        sources.append(primary)        # the verdict's own fixes, whatever its confidence
+    if primary is not None:
+        sources.append(primary)        # the verdict owns the list, whatever its confidence
     sources += [f for f in findings[1:] if f.severity is Severity.ADVICE and holds(f)]
 
     L = ctx.limit_bytes
@@ -88,7 +88,6 @@ def rank(ctx: Context, findings: tuple[Finding, ...], rerun: RerunPlan | None,
                                                                   or rerun.trainer_args) else None
     folded: list[str] = []
     kept_nots: list[NotAFix] = []
-    blocked_nots: list[NotAFix] = []
     seen: set[tuple[str, str, str]] = set()
     order = 0
     for f in sources:
@@ -129,8 +128,7 @@ def rank(ctx: Context, findings: tuple[Finding, ...], rerun: RerunPlan | None,
             if any(_norm(n.what) == _norm(m.what) for m in kept_nots):
                 continue
             if any(_mentions(n.what, e.fix) or (e.plan and _plan_mentions(n.what, rerun)) for e in fixes):
-                blocked_nots.append(n)
-                continue
+                continue                                   # a fix says otherwise
             kept_nots.append(n)
     return tuple(fixes), tuple(kept_nots)
 
