@@ -229,10 +229,9 @@ MID_WORD_BREAKS = """() => {
 def test_no_table_cell_wraps_mid_word(browser_context, tmp_path, scenario):
     """At 1400 px and at 760 px no table cell breaks a word in two (long values
     scroll inside their table instead); the page itself never scrolls sideways."""
-    import oompost
+    from sample_cache import SAMPLES, analyzed
 
-    samples = Path(__file__).parent.parent / "sample_logs"
-    report = oompost.analyze([str(samples / scenario)])
+    report = analyzed(str((SAMPLES / scenario).resolve()))
     path = _write(tmp_path, f"{scenario}.html", report)
     for width in (1400, 760):
         page, errors, left = _open(browser_context, path, width)

@@ -32,7 +32,9 @@ for corpus in (ROOT / "tests" / "corpus", ROOT / "corpus"):
 
 @pytest.fixture(scope="module")
 def reports() -> dict:
-    return {Path(c).name: oompost.analyze([c]) for c in CASES}
+    from sample_cache import analyzed
+
+    return {Path(c).name: analyzed(str(Path(c).resolve())) for c in CASES}
 
 
 @pytest.mark.parametrize("case", [Path(c).name for c in CASES])
