@@ -83,8 +83,9 @@ def test_a_pickled_list_is_not_a_snapshot(tmp_path):
 def test_a_directory_with_nothing_readable_exits_3(tmp_path):
     d = tmp_path / "job"
     d.mkdir()
-    (d / "notes.txt").write_text("nothing to see here\n" * 10)
+    (d / "empty.log").write_bytes(b"")
     (d / "blob.bin").write_bytes(b"\x00\x01\x02" * 1000)
+    (d / "core.gz").write_bytes(b"\x1f\x8b" + b"\x00" * 20)          # a gzip header and nothing after it
     err = _one_line_error(run("analyze", str(d), "-o", str(tmp_path / "o")), 3)
     assert "nothing usable" in err
 

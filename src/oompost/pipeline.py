@@ -51,9 +51,7 @@ def analyze(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     ev = parse_paths(list(paths), ds_config=ds_config)
     usable = [i for i in ev.inputs if i.kind is not InputKind.UNKNOWN and not (
         i.kind is InputKind.SNAPSHOT and not ev.snapshots)]
-    said_nothing = not (ev.ooms or ev.failures or ev.exits or ev.facts or ev.memory or ev.ds_configs
-                        or ev.snapshots)
-    if not usable or said_nothing:
+    if not usable:
         reasons = "; ".join(f"{i.path}: {', '.join(i.warnings) or 'not a log, snapshot or config'}"
                             for i in ev.inputs) or "no files found"
         raise InputError(f"nothing usable in the inputs ({reasons})")
