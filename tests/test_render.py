@@ -294,7 +294,7 @@ def test_json_round_trip_keeps_the_contract(name):
 def test_json_is_indented_and_keeps_non_string_keys():
     text = render(capacity_report(estimate={"breakdown": {1: 2}}), "json")
     assert text.startswith('{\n  "schema": "oompost.report/1"')
-    assert orjson.loads(text)["estimate"] == {"breakdown": {"1": 2}}
+    assert orjson.loads(text)["estimate"]["breakdown"] == {"1": 2}
 
 
 def test_registry_and_unknown_format():
@@ -378,7 +378,7 @@ def test_markdown_cells_escape_pipes_backticks_and_html():
                 fixes=(Fix("env", "K|`x`", "v|1", "a | b `c` <img src=x onerror=alert(1)>"),))
     md = render_markdown(replace(fragmentation_report(), findings=(f,), summary="<script>alert(1)</script>"))
     row = next(ln for ln in md.splitlines() if ln.startswith("| 1 | env |"))
-    assert len(re.findall(r"(?<!\\)\|", row)) == 6                # 5 columns, no stray separators
+    assert len(re.findall(r"(?<!\\)\|", row)) == 7                # 6 columns, no stray separators
     assert "a \\| b \\`c\\` &lt;img src=x onerror=alert(1)&gt;" in row
     assert "<script>" not in md and "&lt;script&gt;alert(1)&lt;/script&gt;" in md
 

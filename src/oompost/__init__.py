@@ -18,8 +18,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .report import Report
 
 
-def analyze(paths: Any, ds_config: str | None = None) -> "Report":
-    """Analyze crash artifacts (log files, snapshot pickles, directories) into a Report."""
+def analyze(paths: Any, ds_config: Any = None) -> "Report":
+    """Analyze crash artifacts (log files, snapshot pickles, directories) into a Report.
+
+    ``paths``: one path or an iterable of paths (``str`` or ``os.PathLike``)."""
     from .pipeline import analyze as _analyze
 
     return _analyze(paths, ds_config=ds_config)
