@@ -342,7 +342,7 @@ def _decode_traces(raw_traces: Any, interner: _Interner, warnings: list[str]) ->
                     continue
                 get = e.get
                 action = get("action")
-                if action not in known:
+                if type(action) is not str or action not in known:   # (an unhashable action: a corrupt trace)
                     action = action if isinstance(action, str) else str(action)
                     unknown[action] = unknown.get(action, 0) + 1
                 addr = get("addr", 0)
