@@ -88,7 +88,8 @@ def main() -> int:
             rec.stop()
     med = {k: statistics.median(v) for k, v in times.items()}
     mean = {k: statistics.fmean(v) for k, v in times.items()}
-    steps_lines = sum(1 for _ in open(os.path.join(cap, f"steps_rank{rec.rank}.jsonl")))
+    steps_path = os.path.join(cap, f"steps_rank{rec.rank}.jsonl")
+    steps_lines = sum(1 for _ in open(steps_path)) if os.path.exists(steps_path) else 0
     res = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "model": a.model, "params": n_params,
            "batch": a.batch, "seq": a.seq, "steps_per_arm": len(times["on"]), "warmup": a.warmup,
            "max_entries": a.max_entries, "stacks": "python",

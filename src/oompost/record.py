@@ -164,10 +164,12 @@ class Recorder:
                 self.history = True
             except Exception as e:  # an allocator or torch version that cannot record
                 _warn(f"allocator history unavailable ({type(e).__name__}: {e}); recording steps and metadata only")
-        _attach_observer(torch)
+        if self.history:
+            _attach_observer(torch)                 # (cudaMallocAsync has no OOM observer either)
         if self.auto_steps:
             try:
-                self._hook = torch.optim.Optimizer.register_optimizer_step_post_hook(self._on_optimizer_step)
+                # the global hook: every torch.optim optimizer (also the ones DeepSpeed and HF wrap)
+                self._hook = _optim_module(torch).register_optimizer_step_post_hook(self._on_optimizer_step)
             except Exception as e:
                 _warn(f"cannot hook optimizer steps ({e})")
         self.enabled = True
@@ -375,6 +377,16 @@ def _import_torch() -> Any:
     except ImportError:
         return None
     return torch
+
+
+def _optim_module(torch: Any) -> Any:
+    """torch.optim.optimizer (torch.optim deletes the name; import it)."""
+    mod = getattr(torch.optim, "optimizer", None)
+    if mod is None:
+        import importlib
+
+        mod = importlib.import_module("torch.optim.optimizer")
+    return mod
 
 
 def _allocator_backend(torch: Any) -> str:

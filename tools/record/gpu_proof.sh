@@ -15,6 +15,7 @@ t0=$SECONDS
 timeout 90 python3 -m oompost.record -o $CAP/plain_leak -- tools/capture/train.py --model qwen2.5-0.5b \
   --emulate_card rtx3090 --per_device_train_batch_size 4 --max_seq_length 512 --keep_logits_for_metrics \
   --max_steps 200 > $OUT/logs/plain_leak.log 2>&1; echo "plain_leak rc=$? $((SECONDS-t0))s"
+[ -n "${SKIP_HF_DS:-}" ] || {
 t0=$SECONDS
 timeout 120 python3 tools/record/hf_callback_oom.py --capture $CAP/hf_spike > $OUT/logs/hf_spike.log 2>&1
 echo "hf_spike rc=$? $((SECONDS-t0))s"
@@ -28,6 +29,7 @@ timeout 120 python3 -m deepspeed.launcher.runner --num_gpus 1 --master_port 2953
   -o $CAP/ds_buckets -- tools/capture/train.py --deepspeed /tmp/ds_buckets.json --model qwen2.5-0.5b \
   --emulate_card rtx3090 --per_device_train_batch_size 2 --gradient_accumulation_steps 2 --max_seq_length 512 \
   --max_steps 20 > $OUT/logs/ds_buckets.log 2>&1; echo "ds_buckets rc=$? $((SECONDS-t0))s"
+}
 t0=$SECONDS
 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync timeout 40 python3 tools/record/async_backend.py $CAP/async \
   > $OUT/logs/async.log 2>&1; echo "async rc=$? $((SECONDS-t0))s"; tail -3 $OUT/logs/async.log
