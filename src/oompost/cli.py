@@ -47,7 +47,8 @@ class LazyGroup(click.Group):
     """Subcommands that live in their own modules are imported only when used,
     so ``oompost analyze`` does not pay for DeepSpeed's config tables."""
 
-    LAZY = {"estimate": "oompost.commands.estimate:estimate", "check": "oompost.commands.check:check"}
+    LAZY = {"estimate": "oompost.commands.estimate:estimate", "check": "oompost.commands.check:check",
+            "scan": "oompost.commands.scan:scan"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.LAZY])
@@ -98,33 +99,6 @@ def analyze(paths: tuple[str, ...], ds_config: str | None, output: str, fmt: str
         click.echo(short_verdict(report))
     for p in written:
         click.echo(p)
-
-
-@cli.command()
-@click.argument("roots", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", "output", required=True, help="Directory for one report per job plus an index.")
-@click.option("--since", default=None, help="Only jobs with files modified within this window (e.g. 24h, 7d, 90m).")
-@click.option("--format", "fmt", default="html,md,json", show_default=True)
-@click.option("--redact", is_flag=True)
-def scan(roots: tuple[str, ...], output: str, since: str | None, fmt: str, redact: bool) -> None:
-    """Analyse every job directory under ROOTS (e.g. a nightly directory of failed jobs) and write an index."""
-    from .scan import parse_window, run_scan
-
-    formats = _formats(fmt)
-    try:
-        window = parse_window(since) if since else None
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--since") from None
-    missing = [r for r in roots if not os.path.isdir(r)]
-    if missing:
-        click.echo(f"oompost: not a directory: {', '.join(missing)}", err=True)
-        sys.exit(EXIT_INPUT)
-    result = run_scan(list(roots), output, formats=formats, since_seconds=window, redact=redact,
-                      write=write_report)
-    for line in result.summary_lines():
-        click.echo(line)
-    if result.failed:
-        sys.exit(EXIT_SCAN_PARTIAL)
 
 
 def main() -> None:

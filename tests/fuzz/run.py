@@ -76,7 +76,7 @@ def atheris_run(target: str, seconds: int, base_seed: int, out: str | None) -> N
     import atexit
 
     atexit.register(report)
-    atheris.Setup([sys.argv[0], f"-max_total_time={seconds}", f"-seed={base_seed}", "-rss_limit_mb=4096",
+    atheris.Setup([sys.argv[0], f"-max_total_time={seconds}", f"-seed={base_seed}", "-rss_limit_mb=4096", "-max_len=8192",
                    "-print_final_stats=1"], one.hypothesis.fuzz_one_input)
     atheris.Fuzz()
 
