@@ -91,6 +91,7 @@ _DS_CONFIG_KEYS = {"zero_optimization", "train_batch_size", "train_micro_batch_s
 
 
 def _looks_binary(head: bytes) -> bool:
+    head = head.rstrip(b"\x00")      # a crashed node's log often ends in a NUL-filled block
     if not head:
         return False
     sample = head[:8192]
