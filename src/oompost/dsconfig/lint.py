@@ -89,7 +89,8 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    # finite only: a config read by the stdlib's JSON may hold Infinity/NaN (no size, never a crash)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _did_you_mean(key: str, candidates: Iterable[str]) -> str | None:
