@@ -25,6 +25,7 @@ import json
 import math
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -66,7 +67,7 @@ def build_log(path: Path, src: str, size: int) -> None:
 
 
 def build_tree(base: Path, n: int) -> list[Path]:
-    stamp = base / f".built-{n}"
+    stamp = base / f".built-v2-{n}"
     shards = [base / f"shard{k}" for k in range(4)]
     if stamp.exists():
         return shards
@@ -75,7 +76,7 @@ def build_tree(base: Path, n: int) -> list[Path]:
     for i, size in enumerate(sizes(n)):
         d = shards[i % 4] / f"job{i:05d}"
         d.mkdir(parents=True)
-        build_log(d / "run.log", logs[i % len(logs)], size)
+        build_log(d / "run.log", logs[(i // 4) % len(logs)], size)     # every shard gets every source log
     stamp.write_text("")
     return shards
 
@@ -90,16 +91,24 @@ def timed(cmd: list[str]) -> float:
     return time.perf_counter() - t
 
 
-def scan(roots: list[Path], out: Path, workers: int) -> tuple[float, int]:
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def scan(roots: list[Path], out: Path, workers: int) -> tuple[float, int, float]:
+    """(wall seconds, jobs, CPU seconds of the whole process tree)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cpu0 = _children_cpu()
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "oompost", "scan", *map(str, roots), "-o", str(out), "-j", str(workers),
                         "--quiet"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     dt = time.perf_counter() - t
     if r.returncode not in (0, 4):
         raise SystemExit(f"scan failed ({r.returncode}): {r.stderr[-2000:]}")
+    cpu = _children_cpu() - cpu0
     jobs = len(json.loads((out / "index.json").read_text())["jobs"])
-    return dt, jobs
+    return dt, jobs, cpu
 
 
 def main() -> int:
@@ -124,18 +133,26 @@ def main() -> int:
     for k in (1, 2, 4):
         out = base / f"out{k}"
         shutil.rmtree(out, ignore_errors=True)
-        dt, n = scan(shards[:k], out, a.workers)
-        run = {"shards": k, "jobs": n, "seconds": dt, "jobs_per_minute": n / dt * 60, "vs_cat": dt / (cat_s * k / 4)}
+        dt, n, cpu = scan(shards[:k], out, a.workers)
+        run = {"shards": k, "jobs": n, "seconds": dt, "cpu_seconds": cpu, "jobs_per_minute": n / dt * 60,
+               "jobs_per_minute_if_idle": n / (cpu / a.workers) * 60, "vs_cat": dt / (cat_s * k / 4)}
         res["runs"].append(run)
-        print(f"first scan of {n:5d} jobs: {dt:6.1f} s  {run['jobs_per_minute']:6.0f} jobs/min  "
+        print(f"first scan of {n:5d} jobs: {dt:6.1f} s wall, {cpu:6.1f} s CPU  {run['jobs_per_minute']:6.0f} jobs/min "
+              f"(CPU-bound on {a.workers} idle cores: {run['jobs_per_minute_if_idle']:.0f})  "
               f"({run['vs_cat']:.0f}x cat of the same files)", flush=True)
-    dt2, n2 = scan(shards, base / "out4", a.workers)
+    load = os.getloadavg()
+    res["loadavg"] = load
+    print(f"load average now: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (others share this machine)")
+    dt2, n2, cpu2 = scan(shards, base / "out4", a.workers)
     first = res["runs"][-1]["seconds"]
-    res["second_scan"] = {"jobs": n2, "seconds": dt2, "speedup": first / dt2, "vs_cat": dt2 / cat_s}
+    res["second_scan"] = {"jobs": n2, "seconds": dt2, "cpu_seconds": cpu2, "speedup": first / dt2,
+                          "vs_cat": dt2 / cat_s}
     print(f"second scan of {n2} unchanged jobs: {dt2:.2f} s, {first / dt2:.0f}x faster than the first "
           f"({dt2 / cat_s:.1f}x cat)", flush=True)
     per = [r["seconds"] / r["jobs"] * 1000 for r in res["runs"]]
-    print("ms per job at 1/2/4 shards: " + ", ".join(f"{p:.1f}" for p in per))
+    print("wall ms per job at 1/2/4 shards: " + ", ".join(f"{p:.1f}" for p in per))
+    per_cpu = [r["cpu_seconds"] / r["jobs"] * 1000 for r in res["runs"]]
+    print("CPU ms per job at 1/2/4 shards: " + ", ".join(f"{p:.1f}" for p in per_cpu))
     if a.out:
         Path(a.out).write_text(json.dumps(res, indent=1))
     return 0
