@@ -165,3 +165,35 @@ def test_inside_refuses_escapes(tmp_path: Path) -> None:
     for bad in ("../x", "a/b", "/etc/passwd", ".."):
         with pytest.raises(ValueError):
             inside(str(tmp_path), bad)
+
+
+def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
+    import pty
+    import subprocess
+    import sys
+
+    root = _tree(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    cmd = [sys.executable, "-m", "oompost", "scan", str(root), "-o", str(tmp_path / "o"), "-j", "1"]
+    piped = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert piped.returncode == 0 and "job/s" not in piped.stderr and "|" not in piped.stderr   # cron: no bar
+    master, slave = pty.openpty()
+    import fcntl
+    import struct
+    import termios
+
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))   # a real terminal has a width
+    p = subprocess.Popen(cmd + ["-o", str(tmp_path / "o2")], stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert p.wait(timeout=300) == 0
+    os.close(master)
+    assert b"oompost scan" in out and b"3/3" in out                  # tqdm's bar on the terminal

@@ -49,17 +49,17 @@ def scan(roots: tuple[str, ...], output: str, since: str | None, pattern: str | 
     if missing:
         click.echo(f"oompost: not a directory: {', '.join(missing)}", err=True)
         sys.exit(EXIT_INPUT)
-    bar = None
+    bars: list = []
     progress = None
     if not quiet and sys.stderr.isatty():
         from tqdm import tqdm
 
-        bar = tqdm(total=0, unit="job", desc="oompost scan", file=sys.stderr, dynamic_ncols=True)
-
         def progress(done: int, total: int) -> None:
-            bar.total = total
-            bar.n = done
-            bar.refresh()
+            if not bars:                        # made once the number of jobs is known
+                bars.append(tqdm(total=total, unit="job", desc="oompost scan", file=sys.stderr,
+                                 dynamic_ncols=True))
+            bars[0].n = done
+            bars[0].refresh()
     try:
         result = run_scan(list(roots), output, formats=formats, since_seconds=window, pattern=pattern,
                           redact=redact, jobs=jobs, executor=executor, scheduler=scheduler, progress=progress)
@@ -67,8 +67,8 @@ def scan(roots: tuple[str, ...], output: str, since: str | None, pattern: str | 
         click.echo(f"oompost: {e}", err=True)
         sys.exit(EXIT_INPUT)
     finally:
-        if bar is not None:
-            bar.close()
+        for b in bars:
+            b.close()
     if not quiet:
         for line in result.summary_lines():
             click.echo(line)
