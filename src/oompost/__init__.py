@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "__version__"]
+__all__ = ["analyze", "record", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .report import Report
@@ -25,3 +25,12 @@ def analyze(paths: Any, ds_config: Any = None) -> "Report":
     from .pipeline import analyze as _analyze
 
     return _analyze(paths, ds_config=ds_config)
+
+
+def __getattr__(name: str) -> Any:
+    # ``oompost.record(dir=...)``: the submodule is callable (see record.py); imported on first use
+    if name == "record":
+        import importlib
+
+        return importlib.import_module(".record", __name__)
+    raise AttributeError(f"module 'oompost' has no attribute {name!r}")

@@ -48,7 +48,8 @@ class LazyGroup(click.Group):
     """Subcommands that live in their own modules are imported only when used,
     so ``oompost analyze`` does not pay for DeepSpeed's config tables."""
 
-    LAZY = {"estimate": "oompost.commands.estimate:estimate", "check": "oompost.commands.check:check"}
+    LAZY = {"estimate": "oompost.commands.estimate:estimate", "check": "oompost.commands.check:check",
+            "scan": "oompost.commands.scan:scan"}
     # The one-line help ``oompost --help`` lists, so that listing the commands
     # imports none of them (the memory model and the lint tables cost ~0.2 s);
     # tests/test_startup.py checks these against the commands' own docstrings.
@@ -56,6 +57,8 @@ class LazyGroup(click.Group):
         "estimate": "Per-GPU memory breakdown of a training set-up and whether it fits.",
         "check": 'Validate CONFIG with the installed DeepSpeed and lint it: typos, keys that do nothing at this '
                  'stage, "auto" leftovers, batch arithmetic, risky buffer sizes.',
+        "scan": "Analyse every job under ROOTS (e.g. tonight's failed jobs), in parallel and incrementally; "
+                "write an index, a summary table and the history.",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -209,33 +212,6 @@ def _render_one(report, fmt: str, redact: bool) -> str:  # type: ignore[no-untyp
 
         report = redact_report(report)
     return render(report, fmt)
-
-
-@cli.command()
-@click.argument("roots", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", "output", required=True, help="Directory for one report per job plus an index.")
-@click.option("--since", default=None, help="Only jobs with files modified within this window (e.g. 24h, 7d, 90m).")
-@click.option("--format", "fmt", default="html,md,json", show_default=True)
-@click.option("--redact", is_flag=True)
-def scan(roots: tuple[str, ...], output: str, since: str | None, fmt: str, redact: bool) -> None:
-    """Analyse every job directory under ROOTS (e.g. a nightly directory of failed jobs) and write an index."""
-    from .scan import parse_window, run_scan
-
-    formats = _formats(fmt)
-    try:
-        window = parse_window(since) if since else None
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--since") from None
-    missing = [r for r in roots if not os.path.isdir(r)]
-    if missing:
-        click.echo(f"oompost: not a directory: {', '.join(missing)}", err=True)
-        sys.exit(EXIT_INPUT)
-    result = run_scan(list(roots), output, formats=formats, since_seconds=window, redact=redact,
-                      write=write_report)
-    for line in result.summary_lines():
-        click.echo(line)
-    if result.failed:
-        sys.exit(EXIT_SCAN_PARTIAL)
 
 
 def main() -> None:

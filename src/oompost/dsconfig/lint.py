@@ -90,7 +90,8 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    # finite only: a config read by the stdlib's JSON may hold Infinity/NaN (no size, never a crash)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _did_you_mean(key: str, candidates: Iterable[str]) -> str | None:
@@ -545,6 +546,8 @@ def _is_int_text(value: Any) -> bool:
 
 def _hf_pattern(value: float) -> str:
     """Name the HF ``0.9 × hidden²`` formula when the value is exactly that."""
+    if not value > 0 or math.isinf(value):      # negative, NaN or inf: not the formula (found by fuzzing)
+        return ""
     hidden = round(math.sqrt(value / 0.9))
     if hidden > 0 and abs(0.9 * hidden * hidden - value) < 1e-3:
         return f" (0.9 × {hidden}²: HF's old \"auto\" for hidden_size {hidden}, DeepSpeed #6525)"
