@@ -86,6 +86,22 @@ def _figure(text: str) -> tuple[str, float] | None:
     return _NUMS.sub("#", text.strip())[:120], v
 
 
+# How far training had got: tqdm's "312/1000 [", "Epoch 3", "step 1200", "iter: 450", "[Iteration 77]".
+_PROGRESS = re.compile(r"(?P<bar>\d+)/\d+ \[[\d:]|\b[Ee]poch\s*[:\[]?\s*(?P<epoch>\d+)|"
+                       r"\b(?:[Ss]tep|[Ii]ter(?:ation)?|global_step)\s*[:=\[]?\s*(?P<step>\d+)")
+
+
+def progress_of(text: str) -> tuple[int, int]:
+    """(steps, epochs) a progress line shows; (0, 0) when none."""
+    steps = epochs = 0
+    for m in _PROGRESS.finditer(text):
+        if m.group("epoch") is not None:
+            epochs = max(epochs, int(m.group("epoch")))
+        else:
+            steps = max(steps, int(m.group("bar") or m.group("step")))
+    return steps, epochs
+
+
 def growing(values: list[float]) -> bool:
     """At least three readings, mostly non-decreasing, ending ≥ 10 % above where they started."""
     if len(values) < 3 or values[0] <= 0:
@@ -101,7 +117,8 @@ class CueParser:
                                               | {"llama", "Llama", "LLaMA", "qwen", "Qwen", "mistral", "Mistral",
                                                  "falcon", "bloom", "opt-", "gpt", "GPT", "baichuan", "Baichuan",
                                                  "chatglm", "ChatGLM", "internlm", "InternLM", "deepseek",
-                                                 "DeepSeek", "gemma", "pythia", "vicuna", "Yi-", "phi-", "Phi-"}))
+                                                 "DeepSeek", "gemma", "pythia", "vicuna", "Yi-", "phi-", "Phi-",
+                                                 "step", "Step", "iter", "Iter"}))
     TRIGGER = re.compile("|".join(re.escape(s) for s in SENTINELS))
 
     busy = False
@@ -115,6 +132,7 @@ class CueParser:
         self._series: dict[str, list[float]] = {}
         self._series_ln: dict[str, LogLine] = {}
         self._model: tuple[int, LogLine] | None = None
+        self._progress: tuple[int, int, LogLine | None] = (0, 0, None)
 
     def feed(self, ln: LogLine) -> None:
         text = ln.text
@@ -130,6 +148,10 @@ class CueParser:
                 if len(vals) < 10_000:
                     vals.append(fig[1])
                     self._series_ln.setdefault(fig[0], ln)
+        if ("/" in text or "poch" in text or "tep" in text or "ter" in text) and any(c.isdigit() for c in text):
+            st, ep = progress_of(text)
+            if st > self._progress[0] or ep > self._progress[1]:
+                self._progress = (max(st, self._progress[0]), max(ep, self._progress[1]), ln)
         for name, (sents, pat) in CUES.items():
             if any(s in text for s in sents) and pat.search(text):
                 self._counts[name] = self._counts.get(name, 0) + 1
@@ -140,6 +162,9 @@ class CueParser:
             self.out.fact(f"cue.{name}", n, ref(self.path, self._first[name]))
         if self._model is not None:
             self.out.fact("model.params_from_name", self._model[0], ref(self.path, self._model[1]))
+        steps, epochs, pln = self._progress
+        if pln is not None and (steps >= 50 or epochs >= 2):
+            self.out.fact("cue.long_run", max(steps, epochs), ref(self.path, pln))
         for shape, vals in self._series.items():
             if growing(vals) or (len(vals) == 2 and "MiB / #MiB" in shape and vals[1] >= 1.5 * vals[0] > 0):
                 self.out.fact("cue.memory_growing", len(vals), ref(self.path, self._series_ln[shape]))
