@@ -44,10 +44,10 @@ def analyze(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
         paths = [paths]
     paths = [os.fspath(p) for p in paths]
     ds_config = os.fspath(ds_config) if ds_config is not None else None
+    stage(f"reading {len(paths)} input(s)")
     from .dsconfig.validate import prefetch
 
     prefetch()                     # DeepSpeed's import overlaps the parsing (used to validate a rerun config)
-    stage(f"reading {len(paths)} input(s)")
     ev = parse_paths(list(paths), ds_config=ds_config)
     usable = [i for i in ev.inputs if i.kind is not InputKind.UNKNOWN and not (
         i.kind is InputKind.SNAPSHOT and not ev.snapshots)]
