@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import traceback
 
 import click
@@ -106,6 +105,8 @@ def prepare_output(output: str) -> tuple[str, bool]:
     """Check (before any work) that reports can be written under ``output``:
     an existing file, a missing parent or a directory that cannot be written
     is a usage error.  Returns the directory and whether it was created here."""
+    import tempfile
+
     path = os.path.abspath(output)
     if os.path.exists(path) and not os.path.isdir(path):
         raise OutputError(f"{output} exists and is not a directory")

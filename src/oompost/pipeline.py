@@ -7,6 +7,7 @@ of the one before it.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -44,11 +45,11 @@ def analyze(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
         paths = [paths]
     paths = [os.fspath(p) for p in paths]
     ds_config = os.fspath(ds_config) if ds_config is not None else None
+    stage(f"reading {len(paths)} input(s)")
     from .dsconfig.validate import prefetch
 
     if _config_file_given(paths, ds_config):
         prefetch()                 # DeepSpeed's import overlaps the parsing (it validates the rerun config)
-    stage(f"reading {len(paths)} input(s)")
     ev = parse_paths(paths, ds_config=ds_config)
     if ev.ds_configs:
         prefetch()                 # a config dumped in a log: overlap the import with the analysis instead
@@ -233,8 +234,8 @@ def _counterfactuals(ctx: Context) -> tuple[CounterfactualView, ...]:
         note = str(getattr(c, "note", "") or "")
         tight = bool(not c.oom and L and c.peak_reserved_bytes is not None
                      and L - c.peak_reserved_bytes < HEADROOM_WARN * L)
-        if not c.oom and note.startswith("fits"):
-            note = "replays without failing" + note[len("fits"):]
+        if not c.oom:                  # the replay ends at the OOM: it gets past it, it does not prove a fit
+            note = re.sub(r"\bfits(?=:)", "replays without failing", note)
         if tight:
             note += f"; less than {HEADROOM_WARN:.0%} headroom under the {fmt_bytes(L)} limit"
         out.append(CounterfactualView(getattr(c, "label", c.setting) or "(recorded settings)", bool(c.oom),

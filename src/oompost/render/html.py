@@ -352,12 +352,10 @@ _BLOCK_WORDS = {"free": "free block", "pending": "pending free", "alloc": "alloc
 def segment_map(report: "Report") -> Chart | None:
     """One row per segment, widths proportional to size, free blocks (holes)
     outlined so a hole of any size stays visible."""
-    segs = [s for s in report.segments if s.total_size > 0][:MAX_SEGMENTS]
+    segs = [s for s in report.segments if s.total_size > 0]
     if not segs:
         return None
-    notes = []
-    if len(report.segments) > len(segs):
-        notes.append(f"… {len(report.segments) - len(segs)} more segment(s) not drawn.")
+    notes: list[str] = []
     biggest = max(s.total_size for s in segs)
     request = report.oom.requested_bytes if report.oom and report.oom.requested_bytes else None
     rows: list[Markup] = []
@@ -372,10 +370,22 @@ def segment_map(report: "Report") -> Chart | None:
                         _tag('<rect class="seg-req" x="0" y="0" width="1000" height="10" '
                              'vector-effect="non-scaling-stroke"><title>the request: {}</title></rect>', gib(request)),
                         " req"))
-    for s in segs:
+    groups: list[tuple["SegmentView", list[tuple[int, int, str]], int]] = []
+    for s in segs:                       # identical segments (size, type, layout) are drawn once, counted
         blocks = _coalesce(s)
+        if groups and groups[-1][0].total_size == s.total_size and groups[-1][0].segment_type == s.segment_type \
+                and groups[-1][1] == blocks:
+            groups[-1] = (groups[-1][0], blocks, groups[-1][2] + 1)
+        else:
+            groups.append((s, blocks, 1))
+    shown = groups[:MAX_SEGMENTS]
+    left = sum(c for _, _, c in groups[MAX_SEGMENTS:]) + len(report.segments) - len(segs)
+    if left:
+        notes.append(f"… {left} more segment(s) not drawn.")
+    for s, blocks, count in shown:
         free = [sz for _, sz, st in blocks if st == "free"]
-        text = f"{fmt_bytes(s.total_size)} {s.segment_type} segment"
+        text = (f"{count} × " if count > 1 else "") + f"{fmt_bytes(s.total_size)} {s.segment_type} segment" + \
+            ("s, each with the same layout" if count > 1 else "")
         if free:
             text += f" · {len(free)} hole{'s' if len(free) != 1 else ''}, {fmt_bytes(sum(free))} free, " \
                     f"largest {fmt_bytes(max(free))}"
