@@ -533,7 +533,8 @@ def _value_messages(ref: str, key: str, spec: K.FieldSpec, value: Any) -> Iterat
         yield LintMessage("DSC032", "error", ref, f"stage = {value!r} is not a ZeRO stage",
                           "DeepSpeed rejects it (Input should be 0, 1, 2, 3): the run stops at deepspeed.initialize",
                           "write 0, 1, 2 or 3")
-    elif spec.name == "device" and spec.kind == "enum" and value not in K.OFFLOAD_DEVICES:
+    elif spec.name == "device" and spec.kind == "enum" and not (isinstance(value, str)
+                                                               and value in K.OFFLOAD_DEVICES):
         yield LintMessage("DSC032", "error", ref, f"device = {value!r} is not an offload device",
                           "DeepSpeed rejects it (Input should be 'none', 'cpu' or 'nvme')",
                           'use "cpu", "nvme" (with nvme_path) or "none"')
