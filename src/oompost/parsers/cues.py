@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ..sources import LogLine
-from .base import EvidenceBuilder, TracebackTracker, ref
+from .base import SentinelParser, ref
 
 # name -> (sentinels, pattern)
 CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
@@ -112,21 +112,15 @@ def growing(values: list[float]) -> bool:
     return values[-1] >= 1.1 * values[0] and ups >= 0.75 * (len(values) - 1)
 
 
-class CueParser:
+class CueParser(SentinelParser):
     SENTINELS: tuple[str, ...] = tuple(sorted({s for sents, _ in CUES.values() for s in sents}
                                               | {"llama", "Llama", "LLaMA", "qwen", "Qwen", "mistral", "Mistral",
                                                  "falcon", "bloom", "opt-", "gpt", "GPT", "baichuan", "Baichuan",
                                                  "chatglm", "ChatGLM", "internlm", "InternLM", "deepseek",
                                                  "DeepSeek", "gemma", "pythia", "vicuna", "Yi-", "phi-", "Phi-",
                                                  "step", "Step", "iter", "Iter"}))
-    TRIGGER = re.compile("|".join(re.escape(s) for s in SENTINELS))
 
-    busy = False
-
-    def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
-                 tracebacks: TracebackTracker | None = None) -> None:
-        self.path = path
-        self.out = out
+    def setup(self) -> None:
         self._counts: dict[str, int] = {}
         self._first: dict[str, LogLine] = {}
         self._series: dict[str, list[float]] = {}

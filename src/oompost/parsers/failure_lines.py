@@ -16,7 +16,7 @@ import re
 
 from ..model import Failure, FailureKind
 from ..sources import LogLine
-from .base import EvidenceBuilder, TracebackTracker, line_rank, ref
+from .base import SentinelParser, line_rank, ref
 
 # (kind, sentinels, pattern)
 PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
@@ -96,17 +96,10 @@ def _family(kind: FailureKind) -> str:
     return kind.value
 
 
-class FailureLineParser:
+class FailureLineParser(SentinelParser):
     SENTINELS: tuple[str, ...] = tuple(sorted({s for _, sents, _ in PATTERNS for s in sents} | set(_OOM_SENTINELS)))
-    TRIGGER = re.compile("|".join(re.escape(s) for s in SENTINELS))
 
-    busy = False
-
-    def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
-                 tracebacks: TracebackTracker | None = None) -> None:
-        self.path = path
-        self.out = out
-        self.rank_hint = rank_hint
+    def setup(self) -> None:
         self._found: list[tuple[FailureKind, LogLine]] = []
         self._oom: LogLine | None = None
 
