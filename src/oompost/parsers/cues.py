@@ -112,6 +112,10 @@ def growing(values: list[float]) -> bool:
     return values[-1] >= 1.1 * values[0] and ups >= 0.75 * (len(values) - 1)
 
 
+def _literal(words: tuple[str, ...]) -> "re.Pattern[str]":
+    return re.compile("|".join(re.escape(w) for w in words))
+
+
 class CueParser(SentinelParser):
     SENTINELS: tuple[str, ...] = tuple(sorted({s for sents, _ in CUES.values() for s in sents}
                                               | {"llama", "Llama", "LLaMA", "qwen", "Qwen", "mistral", "Mistral",
@@ -127,29 +131,44 @@ class CueParser(SentinelParser):
         self._series_ln: dict[str, LogLine] = {}
         self._model: tuple[int, LogLine] | None = None
         self._progress: tuple[int, int, LogLine | None] = (0, 0, None)
+        self._pending = {k: (_literal(s), pat) for k, (s, pat) in CUES.items()}
+        self._lines = 0
+        self._readings = 0
+
+    # Cues are about where a run was: the first sighting of each is what matters, so a long log pays
+    # for each pattern only until it is found (and for the memory series only up to a bound).
+    MODEL_NAME_LINES = 20_000
+    SERIES_READINGS = 20_000
 
     def feed(self, ln: LogLine) -> None:
         text = ln.text
-        if self._model is None and ("b" in text or "B" in text):
+        self._lines += 1
+        if self._model is None and self._lines <= self.MODEL_NAME_LINES and ("b" in text or "B" in text):
             n = model_params_from_name(text)
             if n is not None:
                 self._model = (n, ln)
-        if ("MiB" in text or "MB" in text or "GB" in text or "GiB" in text or "allocated" in text
+        if self._readings < self.SERIES_READINGS and (
+                "MiB" in text or "MB" in text or "GB" in text or "GiB" in text or "allocated" in text
                 or "emory" in text) and "Tried to allocate" not in text and "total capacity" not in text:
             fig = _figure(text)
             if fig is not None:
+                self._readings += 1
                 vals = self._series.setdefault(fig[0], [])
-                if len(vals) < 10_000:
-                    vals.append(fig[1])
-                    self._series_ln.setdefault(fig[0], ln)
-        if ("/" in text or "poch" in text or "tep" in text or "ter" in text) and any(c.isdigit() for c in text):
+                vals.append(fig[1])
+                self._series_ln.setdefault(fig[0], ln)
+        p_steps, p_epochs, _ = self._progress
+        if (p_steps < 50 and p_epochs < 2 and ("/" in text or "poch" in text or "tep" in text or "ter" in text)
+                and any(c.isdigit() for c in text)):
             st, ep = progress_of(text)
-            if st > self._progress[0] or ep > self._progress[1]:
-                self._progress = (max(st, self._progress[0]), max(ep, self._progress[1]), ln)
-        for name, (sents, pat) in CUES.items():
-            if any(s in text for s in sents) and pat.search(text):
-                self._counts[name] = self._counts.get(name, 0) + 1
-                self._first.setdefault(name, ln)
+            if st > p_steps or ep > p_epochs:
+                self._progress = (max(st, p_steps), max(ep, p_epochs), ln)
+        pending = self._pending
+        for name in tuple(pending):
+            sents, pat = pending[name]
+            if sents.search(text) and pat.search(text):
+                self._counts[name] = 1
+                self._first[name] = ln
+                del pending[name]
 
     def finish(self) -> None:
         for name, n in self._counts.items():

@@ -85,6 +85,10 @@ _OOM_SENTINELS = ("trying to allocate", "enough GPU", "out of memory", "Out of m
 _HOSTISH = re.compile(r"can't allocate memory|[Cc]annot allocate memory|DefaultCPUAllocator|CPU", re.I)
 
 
+_OOM_LIT = re.compile("|".join(re.escape(s) for s in _OOM_SENTINELS))
+_COMPILED = tuple((kind, re.compile("|".join(re.escape(s) for s in sents)), pat) for kind, sents, pat in PATTERNS)
+
+
 def _family(kind: FailureKind) -> str:
     if kind.value.startswith("nccl"):
         return "nccl"
@@ -107,10 +111,10 @@ class FailureLineParser(SentinelParser):
         text = ln.text
         if len(text) > 4000:
             text = text[-4000:]
-        if self._oom is None and any(s in text for s in _OOM_SENTINELS) and _ANY_OOM.search(text):
+        if self._oom is None and _OOM_LIT.search(text) and _ANY_OOM.search(text):
             self._oom = ln
-        for kind, sents, pat in PATTERNS:
-            if any(s in text for s in sents) and pat.search(text):
+        for kind, sents, pat in _COMPILED:
+            if sents.search(text) and pat.search(text):
                 if kind is FailureKind.PYTHON_EXCEPTION and _ANY_OOM.search(text):
                     continue
                 self._found.append((kind, ln))
