@@ -37,13 +37,15 @@ here imports torch or deepspeed.
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
 from oompost.units import GiB, MiB
+
+from ..analysis.allocator import Block, CachingAllocator
+from ..analysis.allocator_rules import AllocatorSettings
 
 from .models import ModelSpec, _tensors
 
@@ -977,136 +979,67 @@ def _torch_states(spec: ModelSpec, setup: TrainSetup) -> _States:
 
 
 # ------------------------------------------------------------ allocator model
-# reference/allocator.md §1–5 (PyTorch's native CUDACachingAllocator).
-_KMIN_BLOCK = 512                 # every request is rounded up to a multiple of 512 bytes
-_KSMALL_SIZE = 1 << 20            # ≤ 1 MiB: small pool
-_KSMALL_BUFFER = 2 << 20          # small pool segments
-_KLARGE_BUFFER = 20 << 20         # 1–10 MiB requests share 20 MiB segments
-_KMIN_LARGE_ALLOC = 10 << 20
-_KROUND_LARGE = 2 << 20           # larger requests get a segment of their size rounded to 2 MiB
+# The allocation program runs through the one model of PyTorch's native caching
+# allocator, ``analysis.allocator`` (reference/allocator.md §1–5), with the
+# default settings; what the estimate adds is bookkeeping: live bytes per tag,
+# the mix at the allocated peak, the peak per phase, and carrying on past an OOM.
+
+_Block = Block
+INF = float("inf")
+_DEFAULT_TOTAL = 1 << 48           # only sizes expandable segments, which the estimate does not use
 
 
-class _Block:
-    __slots__ = ("ptr", "size", "stream", "small", "free", "prev", "next", "tag")
+class _CachingAllocator(CachingAllocator):
+    """The shared allocator model, default settings, plus the estimate's books.
 
-    def __init__(self, ptr: int, size: int, stream: int, small: bool) -> None:
-        self.ptr, self.size, self.stream, self.small = ptr, size, stream, small
-        self.free = True
-        self.prev: _Block | None = None
-        self.next: _Block | None = None
-        self.tag = ""
-
-
-class _CachingAllocator:
-    """The decisions of PyTorch's native caching allocator that set how much it
-    *reserves* (reference/allocator.md §1–5): 512-byte rounding; a small pool
-    (≤ 1 MiB, 2 MiB segments) and a large pool (20 MiB segments for 1–10 MiB
-    requests, otherwise a segment of the request rounded to 2 MiB); best fit —
-    the smallest cached block of the same stream and pool that is large enough;
-    splitting (the rest of a large block is kept when it exceeds 1 MiB); merging
-    a freed block with free neighbours of its segment; one set of pools per
-    stream.  Without a cap segments are never returned (training code does not
-    call empty_cache), which is what an unconstrained run reserves:
+    Without a cap segments are never returned (training code does not call
+    empty_cache), which is what an unconstrained run reserves:
     ``peak_reserved`` is the measured ``max_memory_reserved``.  With a cap
     (the memory the process may use, less what is outside PyTorch) a request
     that needs a new segment beyond it first makes the allocator release every
     whole cached segment and retry (``release_cached_blocks``; counted in
     ``retries``, DeepSpeed's "allocator cache flushes"); if it still does not
-    fit, that is the OOM (``oom``: the phase and the request).  Live bytes are
-    counted per tag, and the mix at the allocated peak is kept (``at_peak``)."""
+    fit, that is the OOM (``oom``: the phase and the request) — and the
+    estimate goes on past it, the segment taken anyway, to report the whole
+    run's peak.  Live bytes are counted per tag, and the mix at the allocated
+    peak is kept (``at_peak``)."""
 
     def __init__(self, cap: float | None = None) -> None:
-        self.cap = cap
-        self.retries = 0
+        super().__init__(AllocatorSettings(), cap, INF, _DEFAULT_TOTAL, 0)
         self.oom: tuple[str, int] | None = None
-        self._pools: dict[tuple[int, bool], list[tuple[int, int, _Block]]] = {}
-        self.allocated = 0
-        self.reserved = 0
-        self.peak_allocated = 0
-        self.peak_reserved = 0
-        self._next_ptr = 0
         self.live: dict[str, int] = {}
         self.phase = ""
         self.at_peak: tuple[str, dict[str, int]] = ("", {})
         self.phase_peaks: dict[str, int] = {}
 
-    def malloc(self, nbytes: float, stream: int = 0, tag: str = "other") -> _Block:
-        nbytes = int(nbytes)
-        n = _KMIN_BLOCK if nbytes < _KMIN_BLOCK else -(-nbytes // _KMIN_BLOCK) * _KMIN_BLOCK
-        small = n <= _KSMALL_SIZE
-        pool = self._pools.setdefault((stream, small), [])
-        i = bisect.bisect_left(pool, (n, -1))
-        if i < len(pool):
-            b = pool.pop(i)[2]
-        else:
-            if small:
-                size = _KSMALL_BUFFER
-            elif n < _KMIN_LARGE_ALLOC:
-                size = _KLARGE_BUFFER
-            else:
-                size = -(-n // _KROUND_LARGE) * _KROUND_LARGE
-            if self.cap is not None and self.reserved + size > self.cap:
-                self.retries += 1
-                self.empty_cache()
-                if self.reserved + size > self.cap and self.oom is None:
-                    self.oom = (self.phase, n)
-            b = _Block(self._next_ptr, size, stream, small)
-            self._next_ptr += size
-            self.reserved += size
-            if self.reserved > self.peak_reserved:
-                self.peak_reserved = self.reserved
-        rest = b.size - n
-        if (rest >= _KMIN_BLOCK) if small else (rest > _KSMALL_SIZE):
-            r = _Block(b.ptr + n, rest, stream, small)
-            r.prev, r.next = b, b.next
-            if b.next is not None:
-                b.next.prev = r
-            b.next = r
-            b.size = n
-            bisect.insort(pool, (r.size, r.ptr, r))
-        b.free = False
+    def malloc(self, nbytes: float, stream: int = 0, tag: str = "other") -> Block:  # type: ignore[override]
+        req = int(nbytes)
+        peak = self.peak_allocated
+        b = super().malloc(req, stream)
+        if b is None:                   # beyond the cap even after releasing the cache: the OOM
+            if self.oom is None:
+                self.oom = (self.phase, self.s.round(req))
+            cap, self.cap = self.cap, None
+            b = super().malloc(req, stream)
+            self.cap = cap
+            assert b is not None        # no cap, unbounded device: always succeeds
         b.tag = tag
-        self.allocated += b.size
         self.live[tag] = self.live.get(tag, 0) + b.size
-        if self.allocated > self.peak_allocated:
-            self.peak_allocated = self.allocated
+        if self.allocated > peak:
             self.at_peak = (self.phase, dict(self.live))
         if self.allocated > self.phase_peaks.get(self.phase, 0):
             self.phase_peaks[self.phase] = self.allocated
         return b
 
-    def free(self, b: _Block | None) -> None:
-        if b is None or b.free:
+    def free(self, b: Block | None) -> None:
+        if b is None or not b.allocated:
             return
-        self.allocated -= b.size
         self.live[b.tag] -= b.size
-        b.free = True
-        pool = self._pools[(b.stream, b.small)]
-        for nb in (b.prev, b.next):
-            if nb is not None and nb.free:
-                del pool[bisect.bisect_left(pool, (nb.size, nb.ptr))]
-                if nb is b.prev:
-                    b.ptr, b.prev = nb.ptr, nb.prev
-                    if nb.prev is not None:
-                        nb.prev.next = b
-                else:
-                    b.next = nb.next
-                    if nb.next is not None:
-                        nb.next.prev = b
-                b.size += nb.size
-        bisect.insort(pool, (b.size, b.ptr, b))
+        self.complete_free(b)
 
     def empty_cache(self) -> None:
         """``torch.cuda.empty_cache()``: whole free segments go back to CUDA."""
-        for pool in self._pools.values():
-            keep = []
-            for entry in pool:
-                b = entry[2]
-                if b.prev is None and b.next is None:
-                    self.reserved -= b.size
-                else:
-                    keep.append(entry)
-            pool[:] = keep          # in place: malloc may hold this list
+        self._release_cached()
 
 
 # ------------------------------------------------------------ allocation program
