@@ -426,6 +426,7 @@ class Evidence:
     ds_configs: tuple[DsConfigSeen, ...] = ()
     snapshots: tuple[Snapshot, ...] = ()
     warnings: tuple[ParseWarning, ...] = ()
+    stacks: tuple[tuple[SourceRef, Stack], ...] = ()   # every traceback seen (ref: where it ended)
 
     def fact(self, name: str) -> Fact | None:
         """The first recorded fact of that name (file order)."""

@@ -484,9 +484,35 @@ def _candidate_worker_main() -> int:
     return 0
 
 
+# What pasting a log into an issue tracker or a terminal adds around it: markdown
+# quote markers ("> ", "> > "), the box of rich/IPython tracebacks ("│ ... │"),
+# ANSI colour codes.  Removed before anything else so every parser sees the log
+# as the program printed it.
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_BOX = "│┃"
+
+
+def forum_clean(text: str) -> str:
+    """The line as the program printed it: quote markers, rich-traceback box and ANSI codes removed."""
+    if "\x1b" in text:
+        text = _ANSI_RE.sub("", text)
+    if text[:1] == ">" or text[:2] == " >":
+        t = text.lstrip()
+        while t[:1] == ">":
+            t = t[1:]
+            t = t[1:] if t[:1] == " " else t
+        text = t
+    if text[:1] in _BOX and text[1:2] in (" ", "") and text.rstrip()[-1:] in _BOX:
+        text = text.strip()[1:-1].rstrip()
+        text = text[1:] if text[:1] == " " else text
+    return text
+
+
 def decode_line(lineno: int, raw: bytes, *, host_prefixes: bool = False, prev: bytes = b"") -> list[LogLine]:
     """A physical line as LogLines (carriage returns split it), prefixes stripped."""
     text = raw.decode("utf-8", errors="replace")
+    if text[:1] in ">│┃" or text[:2] == " >" or "\x1b" in text:
+        text = forum_clean(text)
     if "\r" not in text and len(text) <= MAX_LINE_CHARS and "[rank" not in text[1:]:
         body, rank, local, host = strip_prefixes(text, host_prefixes=host_prefixes)
         return [LogLine(lineno, body, text, rank, local, host, prev)]

@@ -13,6 +13,8 @@ CONTEXT_BYTES = int(0.5 * GiB)
 
 # what torch reports as total_memory on each card (GiB)
 CARDS = {
+    "rtx2080ti": 10.75,
+    "rtx4080": 15.70,
     "rtx3090": 23.69,
     "rtx4090": 23.65,
     "a100-40g": 39.39,

@@ -29,6 +29,11 @@ def main() -> int:
     p.add_argument("--oompost_capture", default=None)
     p.add_argument("--max_entries", type=int, default=30000)
     p.add_argument("--local_rank", type=int, default=-1)
+    p.add_argument("--model_dtype", default="bfloat16", choices=["bfloat16", "float32"],
+                   help="dtype the model is created in (float32: what from_pretrained gives without torch_dtype)")
+    p.add_argument("--init_device", default="cpu", choices=["cpu", "cuda"],
+                   help="where the model is built (cuda: random init on the GPU, fast for large configs)")
+    p.add_argument("--lora_r", type=int, default=None, help="train LoRA adapters of this rank (PEFT)")
     args, rest = p.parse_known_args()
 
     import torch
@@ -64,13 +69,29 @@ def main() -> int:
             out = model(input_ids=inputs["input_ids"], labels=inputs["labels"])
             return (out.loss, out) if return_outputs else out.loss
 
-    try:
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    except TypeError:
-        model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
+    import contextlib
+
+    dtype = getattr(torch, args.model_dtype)
+    # the default (cpu) path is left exactly as the existing captures ran it
+    with torch.device(args.init_device) if args.init_device != "cpu" else contextlib.nullcontext():
+        try:
+            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+        except TypeError:
+            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype)
+    if args.lora_r:
+        from peft import LoraConfig, get_peft_model
+
+        model.enable_input_require_grads()     # gradient checkpointing with frozen embeddings
+        model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r,
+                                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                                                 task_type="CAUSAL_LM"))
+        model.print_trainable_parameters()
     n = sum(getattr(q, "ds_numel", q.numel()) for q in model.parameters())
-    print(f"model: {type(model).__name__} ({args.model}), {n:,} parameters, max_seq_length={args.max_seq_length}",
-          flush=True)
+    print(f"model: {type(model).__name__} ({args.model}), {n:,} parameters, max_seq_length={args.max_seq_length}"
+          + ("" if args.model_dtype == "bfloat16" and args.init_device == "cpu"
+             else f", dtype={args.model_dtype}, built on {args.init_device}")
+          + ("" if args.attn_implementation == "sdpa"
+             else f", attn_implementation={model.config._attn_implementation}"), flush=True)
     trainer = CausalLMTrainer(model=model, args=targs, train_dataset=RandomTokens())
     trainer.train()
     print(f"training finished: max_reserved={torch.cuda.max_memory_reserved() / 2**30:.2f}GiB", flush=True)

@@ -28,6 +28,21 @@ PRESETS: dict[str, dict] = {
     "llama2-13b": dict(model_type="llama", hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
                        num_attention_heads=40, num_key_value_heads=40, vocab_size=32000,
                        max_position_embeddings=4096, tie_word_embeddings=False, rms_norm_eps=1e-5),
+    # --- other architectures (issue 6 §6): published configs, random weights
+    "mistral-7b": dict(model_type="mistral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                       num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+                       max_position_embeddings=32768, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                       rope_theta=10000.0, sliding_window=4096),
+    "gpt2": dict(model_type="gpt2", n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=50257),
+    "pythia-410m": dict(model_type="gpt_neox", hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+                        num_attention_heads=16, vocab_size=50304, max_position_embeddings=2048,
+                        rotary_pct=0.25, use_parallel_residual=True, tie_word_embeddings=False,
+                        layer_norm_eps=1e-5, bos_token_id=0, eos_token_id=0),
+    "t5-base": dict(model_type="t5", d_model=768, d_ff=3072, d_kv=64, num_layers=12, num_decoder_layers=12,
+                    num_heads=12, vocab_size=32128, relative_attention_num_buckets=32, dropout_rate=0.1,
+                    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1),
+    "vit-base": dict(model_type="vit", hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                     intermediate_size=3072, image_size=224, patch_size=16, num_labels=1000),
 }
 
 

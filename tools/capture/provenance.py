@@ -3,6 +3,7 @@
 capture.json and expected.json.
 
     python tools/capture/provenance.py
+    python tools/capture/provenance.py --append NAME,NAME   (only add these samples' rows)
 """
 
 from __future__ import annotations
@@ -30,30 +31,55 @@ def _cap(c: dict) -> str:
     return "whole H200"
 
 
+def row(d: Path, new: bool = False) -> tuple[str, dict | None]:
+    """The README table row of one sample directory (and its capture environment)."""
+    c = json.loads((d / "capture.json").read_text())
+    e = json.loads((d / "expected.json").read_text())
+    proof = "; ".join(f"{cf.get('setting')}: {cf.get('outcome')}" for cf in c.get("counterfactuals", []))
+    rv = c.get("rerun_validation") or {}
+    if rv.get("outcome") == "completed":
+        rerun = f"completed {rv['steps_completed']} steps"
+    elif rv.get("outcome") == "not run":
+        rerun = "not run: " + rv["reason"]
+    elif new:
+        rerun = "not run yet (rerun.py plan/merge pending)"
+    else:
+        rerun = "no config fix (code change)"
+    cause = f"**{e['cause']}**" + (f" ({e['sub_cause']})" if e.get("sub_cause") else "")
+    files = ", ".join(sorted(p.name for p in d.iterdir() if p.name not in ("capture.json", "expected.json")))
+    return (f"| `{d.name}` | {c['description']} | {c.get('launcher', '')} | {_cap(c)} | "
+            f"{cause} | {proof or '—'} | {rerun} | {files} |"), c.get("environment")
+
+
+def append_rows(names: list[str]) -> None:
+    """Add the rows of these samples to sample_logs/README.md, leaving every other line as it is."""
+    readme = SAMPLES / "README.md"
+    text = readme.read_text()
+    present = {line.split("|")[1].strip().strip("`") for line in text.splitlines() if line.startswith("| `")}
+    new = [row(SAMPLES / n, new=True)[0] for n in names if n not in present]
+    readme.write_text(text.rstrip("\n") + "\n" + "".join(r + "\n" for r in new))
+    print(f"appended {len(new)} row(s) to {readme}")
+
+
 def main() -> int:
+    import sys
+
+    if len(sys.argv) > 2 and sys.argv[1] == "--append":
+        append_rows([n for n in sys.argv[2].split(",") if n])
+        return 0
     rows = []
     env = None
     for d in sorted(p for p in SAMPLES.iterdir() if (p / "capture.json").exists()):
-        c = json.loads((d / "capture.json").read_text())
-        e = json.loads((d / "expected.json").read_text())
-        env = env or c.get("environment")
-        proof = "; ".join(f"{cf.get('setting')}: {cf.get('outcome')}" for cf in c.get("counterfactuals", []))
-        rv = c.get("rerun_validation") or {}
-        if rv.get("outcome") == "completed":
-            rerun = f"completed {rv['steps_completed']} steps"
-        elif rv.get("outcome") == "not run":
-            rerun = "not run: " + rv["reason"]
-        else:
-            rerun = "no config fix (code change)"
-        files = ", ".join(sorted(p.name for p in d.iterdir() if p.name not in ("capture.json", "expected.json")))
-        rows.append(f"| `{d.name}` | {c['description']} | {c.get('launcher', '')} | {_cap(c)} | "
-                    f"**{e['cause']}** | {proof or '—'} | {rerun} | {files} |")
+        r, e = row(d)
+        env = env or e
+        rows.append(r)
     text = f"""# sample_logs: real crash artifacts
 
 Every file here was produced by a real run on the GPU machine by
 `tools/capture/run.py` (the scenarios are defined in `tools/capture/scenarios.py`,
 the training programs are `tools/capture/train.py`, `hf_trainer.py`,
-`rollout_worker.py` and `straggler.py`).  Logs are the processes' combined
+`rollout_worker.py`, `straggler.py`, `plain_loop.py`, `seq2seq.py`,
+`gen_eval_accelerate.py` and `vit_cached_loader.py`).  Logs are the processes' combined
 stdout/stderr as a terminal would show them; nothing in them was edited.
 Snapshots were dumped by `oompost.record` inside PyTorch's OOM observer and
 gzipped.  `capture.json` holds the provenance of each scenario (command, env,

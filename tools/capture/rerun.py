@@ -120,14 +120,16 @@ def _budget_gib(args: list[str], rr: dict) -> float:
     return min(100.0, pred / 2**30 * 1.3 + 4)
 
 
-_STEP = re.compile(r"^step (\d+)/(\d+) ")
+# "step 3/20 | ..." (train.py), "step 3 | ..." (plain_loop.py, seq2seq.py), "step 3: ..." (gen_eval_accelerate.py,
+# after a tqdm bar on the same line)
+_STEP = re.compile(r"(?:^|[\r\]])step (\d+)(?:/\d+)?[ :]")
 _HF_STEP = re.compile(r"'loss':|\{'train_runtime'")
 
 
 def steps_completed(log: str) -> int:
     n = 0
     for line in log.splitlines():
-        m = _STEP.match(line)
+        m = _STEP.search(line)
         if m:
             n = max(n, int(m.group(1)))
         elif "'loss':" in line:

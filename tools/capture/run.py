@@ -109,7 +109,7 @@ def next_port() -> int:
 
 def command(run: Run, job_dir: str) -> list[str]:
     script = os.path.join(HERE, run.script)
-    args = [a.replace("{job}", job_dir) for a in run.args]
+    args = [a.replace("{job}", job_dir).replace("{here}", HERE) for a in run.args]
     if run.ds_config is not None and run.launcher != "bash":
         args += ["--deepspeed", os.path.join(job_dir, "ds_config.json")]
     if run.capture and run.launcher != "bash":
@@ -118,8 +118,11 @@ def command(run: Run, job_dir: str) -> list[str]:
     if run.launcher == "python":
         return [sys.executable, script] + args
     if run.launcher == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", port,
-                script] + args
+        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(run.nproc),
+                "--master_port", port, script] + args
+    if run.launcher == "accelerate":
+        return [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(run.nproc),
+                "--mixed_precision", "bf16", "--main_process_port", port, script] + args
     if run.launcher == "deepspeed":
         return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "1", "--master_port", port,
                 script] + args
@@ -223,7 +226,7 @@ def fragmentation_search(sc: Scenario, out: str, budget: Budget, deadline: float
     measure both uncapped, cap just above the expandable peak, confirm both."""
     base = sc.run
     search: dict[str, Any] = {}
-    variants = [base.args, base.args + ["--attn_implementation", "eager"]]
+    variants = sc.search_variants or [base.args, base.args + ["--attn_implementation", "eager"]]
     for vi, args in enumerate(variants):
         peaks = {}
         threads = []

@@ -31,6 +31,7 @@ class Run:
     capture: bool = True              # pass --oompost_capture (snapshot at the OOM)
     max_entries: int = 15000
     exclusive: bool = False           # fills the whole card: run alone
+    nproc: int = 1                    # processes per node (torchrun / accelerate launchers)
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Scenario:
     counterfactuals: list[tuple[str, Run]] = field(default_factory=list)
     priority: int = 50
     fragmentation_search: bool = False
+    search_variants: list[list[str]] | None = None   # argument lists the fragmentation search tries (None: run.py's)
 
 
 # --------------------------------------------------------------- ds configs
@@ -309,6 +311,10 @@ def scenarios() -> list[Scenario]:
         Run("bash", "cgroup_limit.sh", ["10G"], gpu_gib=12, host_gib=12, capture=False, timeout=240,
             ds_config=ds_zero2(micro=2, gas=4, offload_optimizer=True)),
         priority=70))
+
+    from scenarios_world import world_scenarios  # issue 6 §6: other architectures, drivers and caps
+
+    s.extend(world_scenarios())
     return s
 
 

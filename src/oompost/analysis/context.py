@@ -66,6 +66,18 @@ def _first_oom(ev: Evidence, first_rank: int | None) -> OomEvent | None:
     return complete[0]
 
 
+def _stack_near(ev: Evidence, oom: OomEvent, window: int = 400) -> tuple:
+    """Frames of the traceback closest to an OOM message that came without one (same file)."""
+    best, dist = (), window + 1
+    for r, st in ev.stacks:
+        if r.source != oom.ref.source or r.line is None or oom.ref.line is None:
+            continue
+        d = abs(r.line - oom.ref.line)
+        if d < dist:
+            best, dist = st.frames, d
+    return best
+
+
 def _snapshot_for(ev: Evidence, rank: int | None) -> Snapshot | None:
     if not ev.snapshots:
         return None
@@ -179,9 +191,14 @@ def build_context(ev: Evidence) -> Context:
         oom = _oom_from_snapshot(snap, metrics)
         notes.append("the OOM numbers come from the snapshot's allocator trace (no OOM message in the logs)")
     limit, limit_source = _limit(oom, snap, metrics, ev)
-    if oom is not None and oom.stack.frames:
-        phase = classify_frames(oom.stack.frames, innermost_first=False)
-        loc = user_location(oom.stack.frames, innermost_first=False)
+    frames = oom.stack.frames if oom is not None else ()
+    if oom is not None and not frames:
+        frames = _stack_near(ev, oom)
+        if frames:
+            notes.append("the OOM message and its traceback were pasted apart; the nearest traceback gives the phase")
+    if frames:
+        phase = classify_frames(frames, innermost_first=False)
+        loc = user_location(frames, innermost_first=False)
     else:
         phase, loc = PhaseMatch(Phase.UNKNOWN), None
     if metrics is not None and getattr(metrics, "oom", None) is not None:

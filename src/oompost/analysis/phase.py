@@ -109,6 +109,21 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     (Phase.MODEL_TO_DEVICE, "torch/nn/modules/module.py", r"^(?:to|cuda|_apply)$", None, "module.to / .cuda()"),
     (Phase.MODEL_INIT, "transformers/modeling_utils", r"from_pretrained|_load_pretrained_model|from_config|"
      r"_from_config|post_init|_init_weights|init_weights", None, "model construction"),
+    # the user's own code lines, as tracebacks quote them
+    (Phase.GENERATION, None, None, r"\.generate\(", "generate() call"),
+    (Phase.BACKWARD, None, None, r"\.backward\(|backward\(loss|accelerator\.backward|manual_backward",
+     "backward call"),
+    (Phase.OPTIMIZER_STEP, None, None, r"optim\w*\.step\(|scaler\.step\(", "optimizer.step() call"),
+    (Phase.MODEL_TO_DEVICE, None, None, r"\.to\((?:self\.)?(?:device|'cuda|\"cuda|torch\.device|.*cuda)|\.cuda\(\)",
+     "moving to the GPU"),
+    (Phase.MODEL_INIT, None, None, r"from_pretrained\(|load_model|build_model|create_model|get_model|"
+     r"init_model|load_checkpoint|Model\(", "building / loading the model"),
+    (Phase.MODEL_INIT, None, r"load_model|build_model|create_model|from_pretrained|load_checkpoint|"
+     r"_load_pretrained_model|load_state_dict|model_init", None, "building / loading the model"),
+    (Phase.FORWARD, None, None, r"=\s*(?:self\.)?_?\w*(?:model|net|module|generator|unet|encoder|decoder|vae)\w*\(",
+     "model call"),
+    (Phase.COLLECTIVE, None, r"allreduce|all_reduce|reduce_scatter|all_gather|allgather|broadcast_params|"
+     r"_all_to_all", None, "a collective's buffer"),
     # forward (module calls)
     (Phase.FORWARD, "torch/nn/modules/module.py", r"_call_impl|_wrapped_call_impl|inner", None, "forward"),
     (Phase.FORWARD, None, r"^forward$", None, "forward"),

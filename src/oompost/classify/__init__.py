@@ -1,8 +1,12 @@
-"""Run the rules and choose the primary cause (DESIGN.md's taxonomy order).
+"""Run the rules, then weigh everything they and the inputs show into one verdict.
 
-The primary cause is the first cause, in taxonomy order, with a finding that
-holds (confidence ≥ 0.5); the other findings are reported as secondary.
-When nothing holds, the ``unknown`` finding says why.
+The rules (one per file under ``rules/``) gather evidence and argue for their
+cause with named signals.  The verdict (``verdict.decide``) weighs those
+findings together with the failure's own features (its numbers, its phase,
+the failure lines, cues of where the run was) in a model fitted on real
+crashes, under hard physical constraints; the best-supported cause is the
+primary finding, with its probability as the confidence.  ``unknown`` is
+only for inputs without a failure.  The other findings are secondary.
 """
 
 from __future__ import annotations
@@ -11,11 +15,25 @@ import dataclasses
 
 from ..analysis.context import Context
 from .base import Cause, Finding, Severity
-from .rules._common import HOLD
+from .rules._common import HOLD, headroom
+
+
+def impossible_causes(ctx: Context) -> frozenset[Cause]:
+    """Causes that physics rules out, whatever the weights say."""
+    out = set()
+    o = ctx.oom
+    if o is not None and o.requested_bytes and o.reserved_unallocated_bytes is not None:
+        h = headroom(ctx)
+        if h is not None and o.requested_bytes > o.reserved_unallocated_bytes + h:
+            out.add(Cause.FRAGMENTATION)      # even one perfect block of all free memory is too small
+    return frozenset(out)
 
 
 def classify(ctx: Context) -> tuple[Finding, ...]:
+    from .explain import finding_for
+    from .features import extract, missing_evidence
     from .registry import ADVICE_RULES, CAUSE_RULES, FALLBACK
+    from .verdict import decide
 
     causes: list[Finding] = []
     for rule in CAUSE_RULES:
@@ -23,16 +41,22 @@ def classify(ctx: Context) -> tuple[Finding, ...]:
     advice: list[Finding] = []
     for rule in ADVICE_RULES:
         advice.extend(rule.evaluate(ctx))
-    holding = [f for f in causes if f.confidence >= HOLD]
-    if holding:
-        primary = min(holding, key=lambda f: (f.cause.order, -f.confidence))
-    else:
+    feats = extract(ctx, causes)
+    v = decide(feats, impossible_causes(ctx))
+    settle = tuple(missing_evidence(ctx))
+    if v.cause is Cause.UNKNOWN:
         primary = FALLBACK.evaluate(ctx)[0]
         causes.append(primary)
-    primary = dataclasses.replace(primary, primary=True)
-    rest = [f for f in causes if f is not primary and f.code != primary.code]
+    else:
+        mine = [f for f in causes if f.cause is v.cause]
+        primary = max(mine, key=lambda f: f.confidence) if mine else finding_for(ctx, v, settle)
+        if not mine:
+            causes.append(primary)
+    primary = dataclasses.replace(primary, primary=True, confidence=round(v.probability, 3),
+                                  weighed=v.contributions, settle=settle)
+    rest = [f for f in causes if f.code != primary.code]
     rest.sort(key=lambda f: (-f.confidence, f.cause.order))
     return (primary, *rest, *advice)
 
 
-__all__ = ["classify", "Cause", "Finding", "Severity"]
+__all__ = ["classify", "impossible_causes", "Cause", "Finding", "Severity", "HOLD"]

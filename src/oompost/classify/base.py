@@ -81,6 +81,8 @@ class Finding:
     sub_cause: str | None = None
     severity: Severity = Severity.CAUSE
     primary: bool = False
+    weighed: tuple[tuple[str, float], ...] = ()           # the verdict model's largest contributions
+    settle: tuple[str, ...] = ()                          # what would settle the verdict
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +94,8 @@ class Finding:
             "not_fixes": [n.to_json() for n in self.not_fixes],
             "signals": [{"name": n, "weight": round(w, 3)} for n, w in self.signals],
             "numbers": [{"label": k, "value": v} for k, v in self.numbers],
+            "weighed": [{"name": n, "weight": round(w, 3)} for n, w in self.weighed],
+            "settle": list(self.settle),
         }
 
 

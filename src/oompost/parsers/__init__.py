@@ -23,10 +23,11 @@ from .base import EvidenceBuilder, LineParser, TracebackTracker
 
 def _text_parser_factories() -> list:
     # Imported here so that `import oompost` stays cheap.
-    from . import deepspeed_log, exceptions, launcher, nccl, steps, torch_oom
+    from . import cues, deepspeed_log, exceptions, failure_lines, launcher, nccl, steps, torch_oom
 
     return [torch_oom.TorchOomParser, deepspeed_log.DeepSpeedLogParser, nccl.NcclParser,
-            launcher.LauncherParser, steps.StepParser, exceptions.ExceptionParser]
+            launcher.LauncherParser, steps.StepParser, exceptions.ExceptionParser, cues.CueParser,
+            failure_lines.FailureLineParser]
 
 
 def parse_paths(paths: Iterable[str], ds_config: str | None = None) -> Evidence:
@@ -110,6 +111,8 @@ def _parse_text(path: str, kind: InputKind, out: EvidenceBuilder, sniff_note: st
         warnings.append(str(e))
     for p in parsers:
         p.finish()
+    tracebacks.finish(n)
+    out.stacks.extend((SourceRef(path, line, ""), st) for line, st in tracebacks.closed)
     found = _delta(before, _counts(out))
     kind = _refine_kind(kind, found)
     if not any(found.values()):
@@ -119,7 +122,7 @@ def _parse_text(path: str, kind: InputKind, out: EvidenceBuilder, sniff_note: st
 
 def _counts(out: EvidenceBuilder) -> dict[str, int]:
     return {"ooms": len(out.ooms), "failures": len(out.failures), "exits": len(out.exits),
-            "facts": len(out.facts), "memory": len(out.memory), "ds": len(out.ds_configs),
+            "facts": sum(1 for f in out.facts if not f.name.startswith("cue.")), "memory": len(out.memory), "ds": len(out.ds_configs),
             "ds_facts": sum(1 for f in out.facts if f.name.startswith("deepspeed")),
             "nccl": sum(1 for f in out.failures if f.kind.value.startswith("nccl"))
             + sum(1 for f in out.facts if f.name.startswith("nccl"))}

@@ -48,6 +48,7 @@ class EvidenceBuilder:
     ds_configs: list[DsConfigSeen] = field(default_factory=list)
     snapshots: list[Snapshot] = field(default_factory=list)
     warnings: list[ParseWarning] = field(default_factory=list)
+    stacks: list[tuple[SourceRef, "Stack"]] = field(default_factory=list)
 
     def fact(self, name: str, value: object, r: SourceRef) -> None:
         self.facts.append(Fact(name, value, r))
@@ -60,7 +61,7 @@ class EvidenceBuilder:
             inputs=tuple(self.inputs), ooms=tuple(self.ooms), failures=tuple(self.failures),
             exits=tuple(self.exits), facts=tuple(self.facts), memory=tuple(self.memory),
             ds_configs=tuple(self.ds_configs), snapshots=tuple(self.snapshots),
-            warnings=tuple(self.warnings))
+            warnings=tuple(self.warnings), stacks=tuple(self.stacks))
 
 
 def literal_trigger(words: "tuple[str, ...] | list[str]") -> "re.Pattern[str]":
@@ -102,8 +103,23 @@ class ParserFactory(Protocol):
 
 from ..model import Frame, Stack  # noqa: E402  (kept next to its only user)
 
-_TB_START = "Traceback (most recent call last):"
+_TB_START = "Traceback (most recent call last)"      # rich prints it without the colon, in a box
+# A frame as CPython prints it, as IPython prints it ("File /x.py:12, in f(a, b)"), and as rich
+# prints it ("/x.py:12 in f", after the box is removed by sources.forum_clean).
 _TB_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>.+?)\s*$')
+_TB_FRAME_IPY = re.compile(r'^\s*File (?P<file>\S+\.py):(?P<line>\d+), in (?P<name>[\w.<>]+)')
+_TB_FRAME_RICH = re.compile(r'^\s*(?P<file>(?:/|~|[A-Za-z]:\\|\.)?\S*?\.py):(?P<line>\d+) in (?P<name>[\w.<>]+)\s*$')
+_RICH_CODE = re.compile(r"^\s*(?:❱\s*)?\d+\s")                   # rich's numbered source context
+_BOX_ONLY = frozenset("╭╰─╮╯│ ")
+
+
+def match_frame(text: str) -> "re.Match[str] | None":
+    """A traceback frame line in any of the three layouts, else None."""
+    if "File" in text:
+        return _TB_FRAME.match(text) or _TB_FRAME_IPY.match(text)
+    if ".py:" in text:
+        return _TB_FRAME_RICH.match(text)
+    return None
 _TB_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 
@@ -124,8 +140,10 @@ class TracebackTracker:
         self._state: dict[int | None, _TbState] = {}
         self._last: dict[int | None, Stack] = {}
         self._closed_at: dict[int | None, int] = {}
+        self.closed: list[tuple[int, Stack]] = []          # (line where it ended, frames), in file order
 
-    SENTINELS = (_TB_START,)
+    # a frame line also opens a traceback: excerpts pasted into issues often lack the header
+    SENTINELS = (_TB_START, 'File "', "File /", ".py:")
     TRIGGER = re.compile(re.escape(_TB_START))
 
     @property
@@ -140,13 +158,19 @@ class TracebackTracker:
             st = self._state[rank] = _TbState(active=True)
             return
         if st is None or not st.active:
-            return
-        m = _TB_FRAME.match(text)
+            m = match_frame(text)
+            if m is None:
+                return
+            st = self._state[rank] = _TbState(active=True)      # a header-less excerpt
+        else:
+            m = match_frame(text)
         if m:
             st.frames.append(Frame(m.group("file"), int(m.group("line")), m.group("name")))
             st.expect_code = True
             return
         stripped = text.strip()
+        if not stripped or set(stripped) <= _BOX_ONLY or _RICH_CODE.match(text):
+            return
         if st.expect_code and text[:1] in (" ", "\t") and stripped and not set(stripped) <= set("^~ "):
             last = st.frames[-1]
             st.frames[-1] = Frame(last.filename, last.line, last.name, stripped[:200])
@@ -160,6 +184,15 @@ class TracebackTracker:
         st.active = False
         self._last[rank] = Stack(tuple(st.frames))
         self._closed_at[rank] = ln.lineno
+        if st.frames:
+            self.closed.append((ln.lineno, self._last[rank]))
+
+    def finish(self, lineno: int) -> None:
+        """End of input: a traceback still open (an excerpt cut before its exception line) is kept too."""
+        for st in self._state.values():
+            if st.active and st.frames:
+                st.active = False
+                self.closed.append((lineno, Stack(tuple(st.frames))))
 
     def stack_for(self, rank: int | None) -> Stack:
         """Frames of the traceback that just ended (or is ending) on this rank."""

@@ -27,7 +27,10 @@ CONFIG_TEXTS = ("Check batch related parameters", "train_batch_size is not equal
                 "bfloat16 and fp16 modes cannot be simultaneously enabled", "Partial offloading only supported",
                 "in CUDA allocator config", "You are using ZeRO-Offload with a client provided optimizer",
                 "deprecated version of ZeRO Stage 1", "Cannot provide deprecated parameter",
-                "Duplicate GPU detected", "zero_force_ds_cpu_optimizer")
+                "Duplicate GPU detected", "zero_force_ds_cpu_optimizer", "invalid device ordinal",
+                "is not compatible with", "No CUDA GPUs are available", "compiled without GPU support",
+                "cannot be used with", "is only supported", "must be divisible by", "not supported with",
+                "Please correct the following DeepSpeed config values")
 CONFIG_EXC = ("DeepSpeedConfigError", "ZeRORuntimeException")
 # pydantic: "1 validation error for DeepSpeedZeroConfig: stage3_prefetch_bucket_size; Input should be ...
 #            [type=int_from_float, input_value=15099494.4, input_type=float]" (continuation lines joined)
@@ -41,8 +44,10 @@ PYDANTIC_SECTION = {"DeepSpeedZeroConfig": "zero_optimization"}
 
 
 class ExceptionParser:
-    SENTINELS: tuple[str, ...] = ()
-    TRIGGER = None                       # fed by the driver when a traceback closes on the line
+    # Fed when a traceback closes on a line, and on any line naming an exception: an excerpt
+    # pasted into an issue is often the exception line alone ("[rank0]: AssertionError: ...").
+    SENTINELS: tuple[str, ...] = ("Error", "Exception", "Exit", "Interrupt")
+    TRIGGER = re.compile(r"Error|Exception|Exit|Interrupt")
 
     @property
     def busy(self) -> bool:
@@ -55,6 +60,7 @@ class ExceptionParser:
         self.rank_hint = rank_hint
         self.tb = tracebacks or TracebackTracker()
         self._pending: dict[int | None, dict] = {}    # pydantic ValidationError continuation lines
+        self._seen: set[tuple[int | None, int]] = set()
 
     def feed(self, ln: LogLine) -> None:
         rank = line_rank(ln, self.rank_hint)
@@ -63,8 +69,7 @@ class ExceptionParser:
             if self._continue(pending, ln):
                 return
             self._emit(self._pending.pop(rank))
-        if not self.tb.closed_on(rank, ln.lineno):
-            return
+        closes = self.tb.closed_on(rank, ln.lineno)
         text = ln.text
         if any(s in text for s in SKIP):
             return
@@ -72,6 +77,9 @@ class ExceptionParser:
         if m is None:
             return
         exc, msg = m.group("exc"), (m.group("msg") or "").strip()
+        if not closes and (exc.endswith("Warning") or exc.startswith("nccl") or (rank, ln.lineno) in self._seen):
+            return                      # a bare exception line; warnings are not failures
+        self._seen.add((rank, ln.lineno))
         stack = self.tb.stack_for(rank)
         record = {"exc": exc, "msg": msg, "ln": ln, "rank": rank, "stack": stack, "extra": [], "kind": None}
         if exc.endswith("ValidationError"):

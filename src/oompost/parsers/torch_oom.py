@@ -43,6 +43,10 @@ NEW_RESERVED_UNALLOC = re.compile(rf"and (?P<sz>{_SZ}) is reserved by PyTorch bu
 OLD_BLOCK = re.compile(
     rf"\(GPU (?P<dev>\d+); (?P<cap>{_SZ}) total capacity; (?P<alloc>{_SZ}) already allocated; "
     rf"(?P<free>{_SZ}) free;(?: (?P<allowed>{_SZ}) allowed;)? (?P<res>{_SZ}) (?:reserved in total by PyTorch|cached)")
+# the old block's fields one by one, for a message cut or wrapped part-way through
+OLD_FIELDS = {k: re.compile(rf"(?P<sz>{_SZ}) {v}") for k, v in (
+    ("cap", "total capacity"), ("alloc", "already allocated"), ("free", r"free[;)]"),
+    ("res", r"(?:reserved in total|cached)"))}
 EXC_PREFIX = re.compile(r"^\s*(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception))\s*:\s")
 ASYNC_FIELD = re.compile(rf"^\s*(?P<key>Currently allocated|Requested|Device limit|Free \(according to CUDA\)|"
                          rf"PyTorch limit \(set by user-supplied memory fraction\))?\s*:\s*(?P<sz>{_SZ})\s*$")
@@ -108,7 +112,8 @@ class TorchOomParser:
         exc = m_exc.group("exc") if m_exc else ""
         stack = self._stack(rank)
         m_req = REQUEST.search(text)
-        if m_req and ("out of memory" in text or "OutOfMemory" in text):
+        if m_req and ("out of memory" in text or "OutOfMemory" in text or "total capacity" in text
+                      or "total capac" in text):
             kind = OomKind.HIP if "HIP out of memory" in text else OomKind.CACHING_ALLOCATOR
             return self._caching(text, ln, rank, kind, exc, stack, m_req)
         m = HOST_ALLOC.search(text)
@@ -138,16 +143,24 @@ class TorchOomParser:
         old = OLD_BLOCK.search(text)
         others = tuple((int(m.group("pid")), b) for m in OTHER_PROC.finditer(text)
                        if (b := _size(m)) is not None)
-        if old:
-            alloc = parse_size_or_none(old.group("alloc"))
-            res = parse_size_or_none(old.group("res"))
+        partial = None
+        if old is None and "(GPU" in text and "already allocated" in text:
+            partial = {k: _size(r.search(text)) for k, r in OLD_FIELDS.items()}
+        if old or partial:
+            get = (lambda k: parse_size_or_none(old.group(k))) if old else partial.get
+            alloc = get("alloc")
+            res = get("res")
+            if res is not None and alloc is not None and res < alloc and "cached" in text:
+                res = alloc + res        # 2018-19 messages: "cached" was the cached free memory, not the total
+            dev = re.search(r"\(GPU (\d+)", text)
             return OomEvent(
-                kind, ref(self.path, ln), rank, int(old.group("dev")), requested_bytes=requested,
-                capacity_bytes=parse_size_or_none(old.group("cap")), free_bytes=parse_size_or_none(old.group("free")),
-                allowed_bytes=parse_size_or_none(old.group("allowed")) if old.group("allowed") else None,
+                kind, ref(self.path, ln), rank, int(dev.group(1)) if dev else None, requested_bytes=requested,
+                capacity_bytes=get("cap"), free_bytes=get("free"),
+                allowed_bytes=parse_size_or_none(old.group("allowed")) if old and old.group("allowed") else None,
                 allocated_bytes=alloc, reserved_bytes=res,
                 reserved_unallocated_bytes=(res - alloc) if res is not None and alloc is not None else None,
-                other_processes=others, message_format="<=2.0", exception=exc, stack=stack)
+                other_processes=others, message_format="<=2.0", exception=exc, stack=stack,
+                truncated=old is None and (res is None or alloc is None))
         cap = NEW_CAPACITY.search(text)
         alloc = _size(NEW_ALLOCATED.search(text))
         ru = _size(NEW_RESERVED_UNALLOC.search(text))

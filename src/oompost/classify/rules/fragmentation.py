@@ -19,6 +19,7 @@ buckets), allocating long-lived state before the first forward.
 from __future__ import annotations
 
 from ...analysis.context import Context
+from ...analysis.phase import Phase
 from ...analysis.steps import leak_trend, max_peak_allocated
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b, headroom, limit_label, oom_refs
@@ -61,9 +62,14 @@ class Fragmentation:
                 signals.append(("a free block large enough exists in the snapshot", -0.2))
         exp = [c for c in ctx.counterfactuals if getattr(c, "setting", "") == "expandable_segments:True"]
         base = [c for c in ctx.counterfactuals if getattr(c, "baseline", False)]
+        whole_step = _trace_goes_past_the_oom(ctx)
         if exp:
-            if not exp[0].oom:
-                signals.append(("the allocator replay with expandable_segments:True serves the request", 0.2))
+            if not exp[0].oom and whole_step:
+                signals.append(("the allocator replay with expandable_segments:True serves the request and "
+                                "the rest of the recorded step", 0.2))
+            elif not exp[0].oom:
+                signals.append(("the replay with expandable_segments:True serves the request, but the trace "
+                                "ends at the OOM: what the step still had to allocate is not in it", 0.05))
                 numbers.append(("replay peak reserved with expandable_segments", b(exp[0].peak_reserved_bytes)))
             else:
                 signals.append(("the allocator replay with expandable_segments:True still fails", -0.3))
@@ -85,6 +91,9 @@ class Fragmentation:
                 signals.append((f"the memory model's step peak ({b(step)}) does not fit", -0.25))
         if leak_trend(ctx.steps) is not None:
             signals.append(("allocated memory grows every step: the live set, not its layout, is the problem", -0.4))
+        if ctx.phase.phase is Phase.GENERATION:
+            signals.append(("the OOM is in generation: the KV cache keeps growing after this request, so the "
+                            "remaining demand, not the layout, decides", -0.3))
         flushes = ctx.evidence.fact_value("deepspeed.cache_flushes")
         if flushes:
             signals.append((f"DeepSpeed reports {flushes} allocator cache flushes", 0.05))
@@ -114,3 +123,21 @@ class Fragmentation:
             detail=f"The failing request ({b(R)}) is smaller than the free memory PyTorch holds plus what "
                    f"{limit_label(ctx)} still allows ({b(ru + H)}), yet it failed: no free block is large enough "
                    "and there is no room for a new segment.")]
+
+
+def _trace_goes_past_the_oom(ctx: Context) -> bool:
+    """The snapshot's trace records allocations after the OOM (taken once the step went on or was retried),
+    so a replay covers more than the moment of failure."""
+    snap = ctx.snapshot
+    if snap is None:
+        return False
+    import numpy as np
+
+    for trace in snap.traces:
+        if "oom" not in trace.actions or "alloc" not in trace.actions:
+            continue
+        ooms = np.flatnonzero(trace.action == trace.actions.index("oom"))
+        if len(ooms):
+            after = trace.action[int(ooms[-1]) + 1:]
+            return int((after == trace.actions.index("alloc")).sum()) >= 10
+    return False

@@ -1,0 +1,245 @@
+"""How often oompost's verdict is right: sample_logs/, corpus dev, corpus test.
+
+    python benchmarks/accuracy.py [--fold dev|test|all] [--write-doc] [--misses]
+
+For every case it runs ``oompost.analyze`` on the case's files (exactly what a
+user would pass) and, beside it, the keyword rule a reader applies to the last
+OOM message (PyTorch's own fragmentation hint, "Killed", "NCCL",
+"Assertion").  It prints accuracy, macro-F1, per-cause recall, the confusion
+matrix, the ``unknown`` rate (among cases whose label is a real cause), the
+parser coverage (cases where no failure was recognised at all) and
+calibration (expected calibration error and a reliability table).
+
+``--write-doc`` rewrites docs/accuracy.md and benchmarks/accuracy_floor.json
+(the floor tests/test_corpus_accuracy.py holds CI to).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from corpus_cases import CAUSES, Case, load_cases, sample_cases  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+FLOOR = ROOT / "benchmarks" / "accuracy_floor.json"
+DOC = ROOT / "docs" / "accuracy.md"
+
+# ----------------------------------------------------------------- the keyword rule
+
+_OOM = re.compile(r"out of memory", re.I)
+_NUM = r"([\d.]+)\s*([KMGT]i?B|bytes)"
+_TRIED = re.compile(r"Tried to allocate " + _NUM, re.I)
+_RESERVED_UNALLOC = re.compile(_NUM + r" is reserved by PyTorch but unallocated", re.I)
+_OLD_RESERVED = re.compile(_NUM + r" reserved in total by PyTorch", re.I)
+_OLD_ALLOC = re.compile(_NUM + r" already allocated", re.I)
+_UNITS = {"b": 1, "bytes": 1, "kib": 2**10, "kb": 2**10, "mib": 2**20, "mb": 2**20, "gib": 2**30, "gb": 2**30,
+          "tib": 2**40, "tb": 2**40}
+
+
+def _bytes(m: re.Match | None, i: int = 1) -> float | None:
+    if m is None:
+        return None
+    return float(m.group(i)) * _UNITS.get(m.group(i + 1).lower(), 1)
+
+
+def keyword_rule(text: str) -> str:
+    """What a reader with a keyword list concludes from the last OOM message."""
+    if "Assertion" in text:
+        return "config_error"
+    if "Killed" in text or "-9" in text and "SIGKILL" in text or "exitcode  : -9" in text:
+        return "host_oom"
+    ooms = [m.start() for m in _OOM.finditer(text)]
+    if ooms:
+        tail = text[ooms[-1] - 2000 if ooms[-1] > 2000 else 0:ooms[-1] + 2000]
+        req = _bytes(_TRIED.search(tail))
+        ru = _bytes(_RESERVED_UNALLOC.search(tail))
+        if ru is None:
+            res, al = _bytes(_OLD_RESERVED.search(tail)), _bytes(_OLD_ALLOC.search(tail))
+            ru = res - al if res is not None and al is not None else None
+        if req is not None and ru is not None and ru >= req:
+            return "fragmentation"   # PyTorch's hint: "reserved but unallocated memory is large"
+        return "capacity"
+    if "NCCL" in text:
+        return "nccl_error"
+    return "unknown"
+
+
+def _case_text(c: Case) -> str:
+    parts = []
+    for f in c.files:
+        p = Path(f)
+        files = sorted(p.rglob("*")) if p.is_dir() else [p]
+        for q in files:
+            if q.is_file() and q.suffix in (".txt", ".log", ".out", ".err") or q.name.endswith(".log"):
+                parts.append(q.read_text(encoding="utf-8", errors="replace"))
+    return "\n".join(parts)
+
+
+# ----------------------------------------------------------------- running oompost
+
+def _run_one(c: Case) -> dict:
+    import oompost
+
+    t0 = time.perf_counter()
+    try:
+        r = oompost.analyze(c.files)
+        cause, conf = r.cause, float(r.confidence)
+        covered = any(i.kind.value != "unknown" for i in r.inputs)
+        error = None
+    except Exception as e:  # noqa: BLE001 - a crash is a wrong answer, counted and shown
+        cause, conf, covered, error = "unknown", 0.0, False, f"{type(e).__name__}: {e}"
+    return {"case": c.name, "repo": c.repository, "label": c.label, "oompost": cause, "confidence": conf,
+            "keyword": keyword_rule(_case_text(c)), "error": error, "seconds": time.perf_counter() - t0,
+            "covered": covered}
+
+
+def run_cases(cases: list[Case], jobs: int | None = None) -> pd.DataFrame:
+    jobs = jobs or min(2, os.cpu_count() or 1)
+    if jobs > 1 and len(cases) > 4:
+        with ProcessPoolExecutor(jobs) as ex:
+            rows = list(ex.map(_run_one, cases, chunksize=4))
+    else:
+        rows = [_run_one(c) for c in cases]
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------- metrics
+
+def metrics(df: pd.DataFrame, col: str = "oompost") -> dict:
+    """Accuracy, macro-F1 over the labels present, per-cause recall, unknown rate."""
+    if df.empty:
+        return {"n": 0}
+    right = df[col] == df["label"]
+    labels = sorted(set(df["label"]))
+    f1s, recall = [], {}
+    for lab in labels:
+        tp = int(((df[col] == lab) & (df["label"] == lab)).sum())
+        fp = int(((df[col] == lab) & (df["label"] != lab)).sum())
+        fn = int(((df[col] != lab) & (df["label"] == lab)).sum())
+        p = tp / (tp + fp) if tp + fp else 0.0
+        r = tp / (tp + fn) if tp + fn else 0.0
+        f1s.append(2 * p * r / (p + r) if p + r else 0.0)
+        recall[lab] = (r, tp + fn)
+    real = df[df["label"] != "unknown"]
+    return {"n": len(df), "accuracy": float(right.mean()), "macro_f1": sum(f1s) / len(f1s), "recall": recall,
+            "unknown_rate": float((real[col] == "unknown").mean()) if len(real) else 0.0}
+
+
+def calibration(df: pd.DataFrame, bins: int = 10) -> tuple[float, pd.DataFrame]:
+    """Expected calibration error of oompost's confidence, and the reliability table."""
+    right = (df["oompost"] == df["label"]).astype(float)
+    conf = df["confidence"].clip(0, 1)
+    idx = (conf * bins).astype(int).clip(0, bins - 1)
+    rows, ece = [], 0.0
+    for b in range(bins):
+        m = idx == b
+        if not m.any():
+            continue
+        acc, mc, n = float(right[m].mean()), float(conf[m].mean()), int(m.sum())
+        ece += n / len(df) * abs(acc - mc)
+        rows.append({"confidence": f"{b / bins:.1f}–{(b + 1) / bins:.1f}", "cases": n,
+                     "mean confidence": round(mc, 3), "right": round(acc, 3)})
+    return ece, pd.DataFrame(rows)
+
+
+def confusion(df: pd.DataFrame, col: str = "oompost") -> pd.DataFrame:
+    labels = [c for c in CAUSES if c in set(df["label"]) | set(df[col])]
+    return pd.crosstab(pd.Categorical(df["label"], labels), pd.Categorical(df[col], labels),
+                       rownames=["label"], colnames=[col], dropna=False)
+
+
+# ----------------------------------------------------------------- printing
+
+def _section(name: str, df: pd.DataFrame) -> tuple[str, dict]:
+    m, k = metrics(df), metrics(df, "keyword")
+    if not m["n"]:
+        return f"## {name}\n\nno cases\n", {}
+    ece, rel = calibration(df)
+    no_evidence = int((~df["covered"]).sum())
+    lines = [f"## {name} ({m['n']} cases, {df['repo'].nunique()} repositories)", "",
+             "| | oompost | keyword rule |", "|---|---|---|",
+             f"| accuracy | **{m['accuracy']:.3f}** | {k['accuracy']:.3f} |",
+             f"| macro-F1 | {m['macro_f1']:.3f} | {k['macro_f1']:.3f} |",
+             f"| `unknown` on a real cause | {m['unknown_rate']:.3f} | {k['unknown_rate']:.3f} |",
+             f"| expected calibration error | {ece:.3f} | — |",
+             f"| inputs with nothing recognised | {no_evidence} | — |",
+             f"| crashes of oompost | {int(df['error'].notna().sum())} | — |", "",
+             "| cause | cases | oompost recall | keyword recall |", "|---|---|---|---|"]
+    for lab, (r, n) in sorted(m["recall"].items(), key=lambda kv: CAUSES.index(kv[0])):
+        lines.append(f"| {lab} | {n} | {r:.2f} | {k['recall'].get(lab, (0.0, n))[0]:.2f} |")
+    lines += ["", "Confusion (rows: label, columns: oompost):", "", "```", confusion(df).to_string(), "```", "",
+              "Reliability:", "", rel.to_markdown(index=False) if _has_tabulate() else rel.to_string(index=False),
+              ""]
+    return "\n".join(lines), {"accuracy": m["accuracy"], "n": m["n"], "ece": ece,
+                              "unknown_rate": m["unknown_rate"], "keyword_accuracy": k["accuracy"]}
+
+
+def _has_tabulate() -> bool:
+    try:
+        import tabulate  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fold", choices=("dev", "test", "all"), default="all")
+    ap.add_argument("--write-doc", action="store_true")
+    ap.add_argument("--misses", action="store_true", help="list every wrong case of the folds run")
+    ap.add_argument("--jobs", type=int, default=None)
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    sets: list[tuple[str, list[Case]]] = [("sample_logs/ (regression)", sample_cases())]
+    if a.fold in ("dev", "all"):
+        sets.append(("corpus dev (tuned on)", load_cases("dev")))
+    if a.fold in ("test", "all"):
+        sets.append(("corpus test (held out)", load_cases("test")))
+    out, summary, frames = [], {}, {}
+    for name, cases in sets:
+        df = run_cases(cases, a.jobs)
+        frames[name] = df
+        text, s = _section(name, df)
+        out.append(text)
+        summary[name] = s
+        print(text, flush=True)
+        if a.misses and not df.empty:
+            miss = df[df["oompost"] != df["label"]]
+            print(miss[["case", "label", "oompost", "confidence", "keyword", "error"]].to_string(index=False))
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    if a.write_doc:
+        _write_doc(out, summary, frames)
+    return 0
+
+
+def _write_doc(sections: list[str], summary: dict, frames: dict) -> None:
+    today = _dt.date.today().isoformat()
+    allc = load_cases()
+    head = [f"# Accuracy — measured {today}", "",
+            "Produced by `python benchmarks/accuracy.py --write-doc` (do not edit by hand).  The corpus is "
+            f"{len(allc)} real crashes from {len({c.repository for c in allc})} public repositories' issue threads "
+            "(`tests/corpus/`, each with its URL); `dev` is what rules and weights were tuned on, `test` is "
+            "held out and is the figure we report.  The keyword rule is what a reader concludes from the last "
+            "OOM message alone: PyTorch's fragmentation hint (reserved-but-unallocated ≥ the request → "
+            "fragmentation, else capacity), `Killed`/SIGKILL → host_oom, `Assertion` → config_error, `NCCL` → "
+            "nccl_error.", ""]
+    DOC.write_text("\n".join(head + sections) + "\n", encoding="utf-8")
+    floor = {k: round(v["accuracy"], 4) for k, v in summary.items() if v}
+    FLOOR.write_text(json.dumps({"date": today, "accuracy": floor}, indent=1) + "\n")
+    print(f"wrote {DOC} and {FLOOR}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Fit the verdict's signal weights on the corpus dev fold (+ the bundled captures).
+
+    python benchmarks/fit_verdict.py [--l2 0.3] [--write]
+
+Features are ``oompost.classify.features.FEATURES`` (the rules' findings, the
+failure's numbers and phase, the failure lines, cues).  The model is a
+multinomial logistic regression (numpy, L2-penalised, classes weighted by
+1/sqrt(count) so rare causes are not drowned).  It prints the
+leave-whole-repositories-out cross-validated accuracy (5 groups of
+repositories), then fits a temperature on the out-of-fold probabilities
+(calibration) and, with ``--write``, stores everything in
+``src/oompost/data/verdict_weights.json``.  The test fold is never read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from corpus_cases import Case, load_cases, sample_cases  # noqa: E402
+
+OUT = ROOT / "src" / "oompost" / "data" / "verdict_weights.json"
+
+
+def case_features(c: Case) -> dict[str, float] | None:
+    from oompost.analysis.context import build_context
+    from oompost.classify.features import extract
+    from oompost.classify.registry import CAUSE_RULES
+    from oompost.parsers import parse_paths
+
+    try:
+        ev = parse_paths(c.files)
+        ctx = build_context(ev)
+        findings = [f for r in CAUSE_RULES for f in r.evaluate(ctx)]
+        return extract(ctx, findings)
+    except Exception as e:  # noqa: BLE001
+        print(f"  {c.name}: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def fit(X: np.ndarray, y: np.ndarray, k: int, l2: float, sw: np.ndarray, iters: int = 3000,
+        lr: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """Multinomial logistic regression by gradient descent (convex: any start converges)."""
+    n, d = X.shape
+    W = np.zeros((k, d))
+    b = np.zeros(k)
+    Y = np.eye(k)[y]
+    sw = sw / sw.sum()
+    for _ in range(iters):
+        P = softmax(X @ W.T + b)
+        G = (P - Y) * sw[:, None]
+        W -= lr * (G.T @ X + l2 * W / n)
+        b -= lr * G.sum(axis=0)
+    return W, b
+
+
+def groups_of(cases: list[Case], k: int = 5) -> np.ndarray:
+    return np.array([int(hashlib.sha256(c.repository.encode()).hexdigest()[:8], 16) % k for c in cases])
+
+
+def main(argv: list[str] | None = None) -> int:
+    from oompost.classify.features import FEATURES
+    from oompost.classify.verdict import CLASSES
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--l2", type=float, default=0.3)
+    ap.add_argument("--write", action="store_true")
+    a = ap.parse_args(argv)
+    cases = load_cases("dev") + sample_cases()
+    with ProcessPoolExecutor(min(2, os.cpu_count() or 1)) as ex:
+        feats = list(ex.map(case_features, cases, chunksize=4))
+    keep = [(c, f) for c, f in zip(cases, feats) if f is not None]
+    classes = [c.value for c in CLASSES]
+    X = np.array([[f[name] for name in FEATURES] for _, f in keep])
+    y = np.array([classes.index(c.label) for c, _ in keep])
+    counts = np.bincount(y, minlength=len(classes)).astype(float)
+    sw = 1.0 / np.sqrt(np.maximum(counts[y], 1.0))
+    # failure-free inputs are decided by the hard constraint, not by the weights
+    train = X[:, FEATURES.index("fail.none")] == 0
+    g = groups_of([c for c, _ in keep])
+    oof = np.zeros((len(y), len(classes)))
+    for k in range(5):
+        tr, te = train & (g != k), train & (g == k)
+        if not te.any():
+            continue
+        W, b = fit(X[tr], y[tr], len(classes), a.l2, sw[tr])
+        oof[te] = softmax(X[te] @ W.T + b)
+    m = train
+    acc = float((oof[m].argmax(1) == y[m]).mean())
+    # temperature: minimise the out-of-fold negative log-likelihood
+    best_t, best_nll = 1.0, float("inf")
+    logits_oof = np.log(np.clip(oof[m], 1e-12, 1))
+    for t in np.linspace(0.5, 3.0, 26):
+        p = softmax(logits_oof / t)
+        nll = float(-np.log(np.clip(p[np.arange(m.sum()), y[m]], 1e-12, 1)).mean())
+        if nll < best_nll:
+            best_t, best_nll = float(t), nll
+    conf = softmax(logits_oof / best_t).max(1)
+    right = softmax(logits_oof / best_t).argmax(1) == y[m]
+    ece = sum(abs(right[(conf >= lo) & (conf < lo + 0.1)].mean() - conf[(conf >= lo) & (conf < lo + 0.1)].mean())
+              * ((conf >= lo) & (conf < lo + 0.1)).sum() for lo in np.arange(0, 1, 0.1)
+              if ((conf >= lo) & (conf < lo + 0.1)).any()) / len(conf)
+    print(f"{int(m.sum())} cases with a failure ({len(keep)} in all) from "
+          f"{len({c.repository for c, _ in keep})} repositories")
+    print(f"leave-repositories-out CV accuracy {acc:.3f}; temperature {best_t:.2f}, CV ECE {ece:.3f}")
+    W, b = fit(X[train], y[train], len(classes), a.l2, sw[train])
+    train_acc = float((softmax(X[train] @ W.T + b).argmax(1) == y[train]).mean())
+    print(f"training accuracy {train_acc:.3f}")
+    for i, c in enumerate(classes):
+        top = sorted(zip(FEATURES, W[i]), key=lambda kv: -abs(kv[1]))[:6]
+        print(f"  {c:17s} " + ", ".join(f"{n} {w:+.2f}" for n, w in top))
+    if a.write:
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps({
+            "features": list(FEATURES), "classes": classes, "W": np.round(W, 4).tolist(),
+            "b": np.round(b, 4).tolist(), "temperature": best_t,
+            "fitted_on": {"cases": int(train.sum()), "cv_accuracy": round(acc, 4), "l2": a.l2}},
+            indent=0) + "\n")
+        print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

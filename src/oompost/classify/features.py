@@ -1,0 +1,155 @@
+"""The named signals the verdict weighs, read off the context and the rules' findings.
+
+Every feature is a number in [0, 1] with a name a person can read in the
+report ("oom.request_fits_in_reserved_unallocated", "phase.model_state",
+"rule.capacity").  They come from three places:
+
+- the rules' findings (``rule.<cause>``: the strongest finding of that cause),
+  which carry the rich evidence when there is any (a snapshot replay, the
+  memory model, step series, a config);
+- the failure itself: which kinds of failure lines exist, what the OOM
+  message's numbers say relative to each other, the phase of the failing
+  allocation from whatever frames exist;
+- cues of where the run was (loading the model, training progress,
+  evaluation, serving) that other people's logs carry even when they carry
+  nothing else.
+
+A feature that the inputs cannot show is 0 ("missing"), never a guess; the
+``missing`` list says what would settle the verdict.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..analysis.phase import Phase
+from ..model import FailureKind, OomKind
+from .base import Cause, Finding, Severity
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..analysis.context import Context
+
+RULE_CAUSES = (Cause.CONFIG_ERROR, Cause.HOST_OOM, Cause.NCCL_ERROR, Cause.CAPACITY, Cause.LEAK,
+               Cause.COMM_BUFFER, Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE)
+
+_NCCL_NET = (FailureKind.NCCL_REMOTE, FailureKind.NCCL_SYSTEM, FailureKind.NCCL_INTERNAL,
+             FailureKind.NCCL_INVALID_USAGE, FailureKind.NCCL_OTHER, FailureKind.NCCL_NVLS)
+_HOST = (FailureKind.SHM, FailureKind.HOST_OOM_KILL, FailureKind.KILLED, FailureKind.PINNED_HOST,
+         FailureKind.NCCL_HOST_ALLOC)
+
+FEATURES = (
+    *(f"rule.{c.value}" for c in RULE_CAUSES),
+    "oom.gpu", "oom.host", "oom.numbers", "oom.request_large", "oom.request_small", "oom.request_exceeds_limit", "oom.allocated_near_limit",
+    "oom.reserved_unallocated_covers_request", "oom.reserved_unallocated_large", "oom.free_covers_request",
+    "oom.other_processes", "oom.cuda_error_text", "oom.lib_workspace",
+    "fail.nccl_cuda_oom", "fail.nccl_timeout", "fail.nccl_network", "fail.host", "fail.sigkill",
+    "fail.config", "fail.duplicate_gpu", "fail.python_exception", "fail.none",
+    "phase.model_state", "phase.optimizer_step", "phase.activation", "phase.loss", "phase.generation",
+    "phase.comm", "phase.checkpoint_load", "phase.unknown",
+    "cue.model_loading", "cue.training_progress", "cue.evaluation", "cue.serving", "cue.generation",
+    "cue.memory_report", "cue.memory_growing", "cue.multi_process", "steps.some", "steps.growing", "snapshot",
+    "ds_config",
+)
+
+
+def _frac(a: int | None, b: int | None) -> float:
+    if a is None or not b:
+        return 0.0
+    return max(0.0, min(1.0, a / b))
+
+
+def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> dict[str, float]:
+    """Every feature of ``FEATURES``, by name."""
+    f = dict.fromkeys(FEATURES, 0.0)
+    for fd in findings:
+        if fd.severity is Severity.CAUSE and fd.cause in RULE_CAUSES:
+            k = f"rule.{fd.cause.value}"
+            f[k] = max(f[k], min(1.0, fd.confidence))
+    ev = ctx.evidence
+    kinds = {x.kind for x in ev.failures}
+    o = ctx.oom
+    if o is not None:
+        gpu = o.kind not in (OomKind.HOST,)
+        f["oom.gpu"] = 1.0 if gpu else 0.0
+        f["oom.host"] = 0.0 if gpu else 1.0
+        f["oom.cuda_error_text"] = 1.0 if o.kind is OomKind.CUDA_ERROR else 0.0
+        f["oom.lib_workspace"] = 1.0 if o.kind in (OomKind.CUBLAS, OomKind.CUDNN) else 0.0
+        L = ctx.limit_bytes
+        req, alloc, ru = o.requested_bytes, o.allocated_bytes, o.reserved_unallocated_bytes
+        if req is not None and L:
+            f["oom.numbers"] = 1.0
+            r = req / L
+            f["oom.request_large"] = 1.0 if r >= 0.10 else 0.0
+            f["oom.request_small"] = 1.0 if r < 0.01 else 0.0
+            f["oom.request_exceeds_limit"] = 1.0 if r >= 1.0 else 0.0
+        if alloc is not None and L:
+            f["oom.allocated_near_limit"] = 1.0 if alloc >= 0.85 * L else 0.0
+        if ru is not None and req:
+            f["oom.reserved_unallocated_covers_request"] = 1.0 if ru >= req else 0.0
+        if ru is not None and L:
+            f["oom.reserved_unallocated_large"] = 1.0 if ru >= 0.05 * L else 0.0
+        if o.free_bytes is not None and req and o.allowed_bytes is None:
+            f["oom.free_covers_request"] = 1.0 if o.free_bytes >= req else 0.0
+        f["oom.other_processes"] = 1.0 if len(o.other_processes) > 1 else 0.0
+    f["fail.nccl_cuda_oom"] = 1.0 if FailureKind.NCCL_CUDA_OOM in kinds else 0.0
+    f["fail.nccl_timeout"] = 1.0 if kinds & {FailureKind.NCCL_TIMEOUT, FailureKind.NCCL_HEARTBEAT} else 0.0
+    f["fail.nccl_network"] = 1.0 if kinds & set(_NCCL_NET) else 0.0
+    f["fail.host"] = 1.0 if kinds & set(_HOST) else 0.0
+    f["fail.sigkill"] = 1.0 if FailureKind.SIGKILL in kinds or any(
+        e.exitcode in (-9, 137) for e in ev.exits if getattr(e, "exitcode", None) is not None) else 0.0
+    f["fail.config"] = 1.0 if FailureKind.CONFIG_VALIDATION in kinds else 0.0
+    f["fail.duplicate_gpu"] = 1.0 if FailureKind.DUPLICATE_GPU in kinds else 0.0
+    f["fail.python_exception"] = 1.0 if FailureKind.PYTHON_EXCEPTION in kinds else 0.0
+    f["fail.none"] = 1.0 if o is None and not kinds and not any(
+        getattr(e, "exitcode", 0) not in (0, None) for e in ev.exits) and ev.fact("cue.memory_growing") is None \
+        and not ctx.steps else 0.0
+    ph = ctx.phase.phase
+    if o is not None:
+        if ph in (Phase.OPTIMIZER_STEP,):
+            f["phase.optimizer_step"] = 1.0
+        elif ph is Phase.CHECKPOINT_LOAD:
+            f["phase.checkpoint_load"] = 1.0
+        elif ph.is_model_state:
+            f["phase.model_state"] = 1.0
+        elif ph in (Phase.LOSS, Phase.LOGITS):
+            f["phase.loss"] = 1.0
+        elif ph is Phase.GENERATION:
+            f["phase.generation"] = 1.0
+        elif ph.is_activation:
+            f["phase.activation"] = 1.0
+        elif ph.is_comm:
+            f["phase.comm"] = 1.0
+        else:
+            f["phase.unknown"] = 1.0
+    for name in ("model_loading", "training_progress", "evaluation", "serving", "generation", "memory_report",
+                 "memory_growing", "multi_process"):
+        if ev.fact(f"cue.{name}") is not None:
+            f[f"cue.{name}"] = 1.0
+    if ctx.steps:
+        f["steps.some"] = 1.0
+        from ..analysis.steps import leak_trend
+
+        if leak_trend(ctx.steps) is not None:
+            f["steps.growing"] = 1.0
+    f["snapshot"] = 1.0 if ctx.snapshot is not None else 0.0
+    f["ds_config"] = 1.0 if ctx.setup.ds_config else 0.0
+    return f
+
+
+def has_failure(f: dict[str, float]) -> bool:
+    """The inputs hold some failure (an OOM, a failure line, a non-zero exit)."""
+    return f["fail.none"] == 0.0
+
+
+def missing_evidence(ctx: "Context") -> list[str]:
+    """What would settle the verdict, in the order a user can most cheaply provide it."""
+    out = []
+    if ctx.snapshot is None and ctx.oom is not None:
+        out.append("a memory snapshot of the OOM (python -m oompost.record -o DIR -- train.py ...)")
+    if not ctx.setup.ds_config and ctx.setup.deepspeed:
+        out.append("the ds_config.json")
+    if not ctx.steps and ctx.oom is not None:
+        out.append("per-step memory lines (torch.cuda.memory_allocated() each step), to tell a leak from a spike")
+    if ctx.oom is not None and not ctx.oom.stack.frames:
+        out.append("the full traceback of the first failing rank (the frames say which phase failed)")
+    return out

@@ -1,0 +1,99 @@
+"""The verdict: the best-supported cause, weighed from every named signal.
+
+A small multinomial logistic model over ``features.FEATURES`` turns the
+evidence into one probability per cause.  Its weights are fitted on the
+corpus ``dev`` fold plus the bundled captures (``benchmarks/fit_verdict.py``,
+leave-whole-repositories-out cross-validation, then a temperature fitted on
+the out-of-fold predictions so that a verdict given at 0.8 is right about 8
+times in 10) and shipped as ``data/verdict_weights.json``.  It stays
+explainable: the report lists the signals that contributed most.
+
+Hard constraints override the weights:
+- inputs with no failure in them can only be ``unknown``;
+- a GPU OOM message always has a memory cause, never ``unknown``;
+- a request larger than the cached free memory plus what the limit still
+  allows cannot be fragmentation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from .base import Cause
+from .features import FEATURES, has_failure
+
+CLASSES = tuple(Cause)          # DESIGN.md order; unknown last
+
+
+@dataclass(frozen=True)
+class Weights:
+    features: tuple[str, ...]
+    classes: tuple[str, ...]
+    W: tuple[tuple[float, ...], ...]          # one row per class
+    b: tuple[float, ...]
+    temperature: float = 1.0
+
+    @staticmethod
+    def from_json(d: dict) -> "Weights":
+        return Weights(tuple(d["features"]), tuple(d["classes"]), tuple(tuple(r) for r in d["W"]),
+                       tuple(d["b"]), float(d.get("temperature", 1.0)))
+
+    def to_json(self) -> dict:
+        return {"features": list(self.features), "classes": list(self.classes), "W": [list(r) for r in self.W],
+                "b": list(self.b), "temperature": self.temperature}
+
+
+@lru_cache(maxsize=1)
+def load_weights() -> Weights | None:
+    try:
+        text = resources.files("oompost").joinpath("data/verdict_weights.json").read_text(encoding="utf-8")
+    except (FileNotFoundError, OSError):
+        return None
+    return Weights.from_json(json.loads(text))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    cause: Cause
+    probability: float
+    probabilities: tuple[tuple[Cause, float], ...]
+    contributions: tuple[tuple[str, float], ...]     # (feature, weight × value) for the chosen cause, largest first
+
+
+def logits(w: Weights, f: dict[str, float]) -> dict[str, float]:
+    x = [f.get(name, 0.0) for name in w.features]
+    return {c: w.b[i] + sum(wi * xi for wi, xi in zip(w.W[i], x)) for i, c in enumerate(w.classes)}
+
+
+def decide(f: dict[str, float], impossible: frozenset[Cause] = frozenset(), w: Weights | None = None) -> Verdict:
+    """The best-supported cause and its probability, under the hard constraints."""
+    w = w or load_weights()
+    if not has_failure(f):
+        return Verdict(Cause.UNKNOWN, 0.9, ((Cause.UNKNOWN, 0.9),), (("no failure in the inputs", 1.0),))
+    if w is None:                                   # no fitted model shipped: strongest rule finding wins
+        best = max(((Cause(k.split(".", 1)[1]), v) for k, v in f.items() if k.startswith("rule.")),
+                   key=lambda kv: kv[1], default=(Cause.UNKNOWN, 0.0))
+        return Verdict(best[0] if best[1] > 0 else Cause.UNKNOWN, best[1], (best,), ())
+    z = logits(w, f)
+    banned = set(impossible)
+    if f.get("oom.gpu", 0.0) > 0 or f.get("fail.nccl_cuda_oom", 0.0) > 0:
+        banned.add(Cause.UNKNOWN)
+    t = max(w.temperature, 1e-3)
+    scores = {Cause(c): v / t for c, v in z.items() if Cause(c) not in banned}
+    m = max(scores.values())
+    exp = {c: math.exp(v - m) for c, v in scores.items()}
+    total = sum(exp.values())
+    probs = sorted(((c, e / total) for c, e in exp.items()), key=lambda cp: (-cp[1], cp[0].order))
+    best, p = probs[0]
+    row = w.W[w.classes.index(best.value)]
+    contrib = sorted(((name, row[i] * f.get(name, 0.0)) for i, name in enumerate(w.features)
+                      if f.get(name, 0.0) and abs(row[i] * f.get(name, 0.0)) >= 0.05),
+                     key=lambda kv: -abs(kv[1]))
+    return Verdict(best, p, tuple(probs), tuple(contrib[:8]))
+
+
+__all__ = ["CLASSES", "FEATURES", "Verdict", "Weights", "decide", "load_weights", "logits"]

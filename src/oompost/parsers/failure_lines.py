@@ -1,0 +1,175 @@
+"""Failure lines in the many shapes other people's logs carry them.
+
+The dedicated parsers (NCCL, launcher, exceptions) read complete, well-formed
+output.  Logs pasted into issues are excerpts: a ``Killed`` glued to a
+progress bar, an NCCL ``WARN`` behind a container timestamp, the C++ frames of
+a watchdog timeout without the Python line, pydantic v1's split
+``ValidationError``, a kernel OOM-killer line, a DataLoader bus error.  This
+parser recognises each by a tolerant pattern and records a ``Failure`` for
+every such line that no other parser already turned into evidence, so that
+every failure in the input reaches some cause's score.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..model import Failure, FailureKind
+from ..sources import LogLine
+from .base import EvidenceBuilder, TracebackTracker, line_rank, ref
+
+# (kind, sentinels, pattern)
+PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
+    (FailureKind.KILLED, ("Killed",), re.compile(r"(?:^|[\]\s|:])Killed\s*$")),
+    (FailureKind.SIGKILL, ("-9", "137", "SIGKILL", "signal 9", "Signal 9"),
+     re.compile(r"exitcode\s*:\s*-9\b|return code\s*=?\s*-9\b|exit(?:ed with)? (?:code|status):? 137\b|"
+                r"Signal 9 \(SIGKILL\)|SIGKILL|killed by signal 9|signal 9\b|exit code: -9\b|exited with code -9")),
+    (FailureKind.HOST_OOM_KILL, ("Out of memory", "oom-kill", "oom_kill", "OOM killer", "oom killer",
+                                 "OOMKilled", "memory cgroup"),
+     re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_kill|OOM[ -]?[Kk]iller|OOMKilled|"
+                r"Memory cgroup out of memory|killed as a result of limit")),
+    (FailureKind.SHM, ("Bus error", "shared memory", "/dev/shm", "shm"),
+     re.compile(r"Bus error|bus error|insufficient shared memory|/dev/shm|shm_open|"
+                r"No space left on device.*shm|unable to (?:open|write to) shared memory")),
+    (FailureKind.PINNED_HOST, ("cudaHostAlloc", "pin_memory", "pinned", "on host"),
+     re.compile(r"cudaHostAlloc|(?:pin_memory|pinned memory|pinned host memory).*(?:out of memory|failed|error)|"
+                r"could not allocate pinned host memory|on host: CUDA_ERROR_OUT_OF_MEMORY")),
+    (FailureKind.NCCL_TIMEOUT, ("Watchdog", "watchdog", "checkTimeout", "timed out", "Timeout", "timeout"),
+     re.compile(r"Watchdog caught collective operation timeout|ncclCommWatchdog|WorkNCCL::checkTimeout|"
+                r"watchdogHandler|Some NCCL operations have failed or timed out|collective operation timeout|"
+                r"ran for \d+ milliseconds before timing out|NCCL timeout|Socket Timeout|DistStoreError.*[Tt]imeout|"
+                r"timed out after \d+|wait timeout")),
+    (FailureKind.NCCL_SYSTEM, ("NCCL", "nccl", "Connection reset", "socket has timed out", "TCPStore", "CCL_ERROR",
+                               "oneCCL", "Connection refused", "Connection closed",
+                               "DistNetworkError", "Rendezvous", "rendezvous", "Broken pipe"),
+     re.compile(r"NCCL WARN.*(?:[Cc]onnection|socket|[Ss]ocket|Net/IB|ibv_|NET/|[Tt]imeout|remote|"
+                r"system error|failed)|ncclSystemError|ncclInternalError|ncclRemoteError|ncclInvalidUsage|"
+                r"unhandled system error|internal error - please report|remote process exited|"
+                r"Connection reset by peer|Connection refused|Connection closed by peer|DistNetworkError|"
+                r"RendezvousConnectionError|RendezvousTimeoutError|NCCL communicator was aborted|Broken pipe|"
+                r"NCCL error in:|ProcessGroupNCCL.*(?:error|Error)|ncclUnhandledCudaError|socket has timed out|"
+                r"TCPStore|c10d.*(?:timed out|failed)|CCL_ERROR|oneCCL")),
+    (FailureKind.CONFIG_VALIDATION, ("ValidationError", "validation error", "not permitted", "Extra inputs"),
+     re.compile(r"ValidationError|validation errors? for \w+|extra fields not permitted|"
+                r"Extra inputs are not permitted")),
+    (FailureKind.DUPLICATE_GPU, ("Duplicate GPU", "same GPU", "invalid device ordinal"),
+     re.compile(r"Duplicate GPU detected|on the same GPU|invalid device ordinal")),
+    (FailureKind.CONFIG_VALIDATION, ("compiled without GPU", "without GPU support", "No CUDA GPUs",
+                                     "no NVIDIA driver", "not compatible with", "is not supported with",
+                                     "cannot be used with", "is only supported", "must be divisible",
+                                     "should be divisible", "is not divisible", "is not equal to"),
+     re.compile(r"compiled without GPU support|without GPU support|No CUDA GPUs are available|"
+                r"[Ff]ound no NVIDIA driver|is not compatible with|is not supported with|cannot be used with|"
+                r"is only supported (?:with|for|on)|must be divisible by|should be divisible by|"
+                r"is not divisible by|is not equal to micro_batch")),
+    (FailureKind.PYTHON_EXCEPTION, ("illegal memory access", "device-side assert", "Segmentation fault",
+                                    "CUBLAS_STATUS_EXECUTION_FAILED", "CUDNN_STATUS_EXECUTION_FAILED",
+                                    "unspecified launch failure", "core dumped", "SIGSEGV", "illegal instruction",
+                                    "misaligned address", "NaN"),
+     re.compile(r"illegal memory access|device-side assert|Segmentation fault|CUBLAS_STATUS_EXECUTION_FAILED|"
+                r"CUDNN_STATUS_EXECUTION_FAILED|CUBLAS_STATUS_INTERNAL_ERROR|unspecified launch failure|"
+                r"core dumped|SIGSEGV|illegal instruction|misaligned address|"
+                r"(?:loss|Loss) (?:is|became) (?:NaN|nan)|Detected (?:NaN|nan)")),
+)
+
+# An OOM-ish message that no OOM parser could read (wrapped, abridged, other runtimes).
+_ANY_OOM = re.compile(r"out of memory|OutOfMemoryError|OOM when allocating|RESOURCE_EXHAUSTED|"
+                      r"while trying to allocate \d+ bytes|enough GPU RAM|enough GPU memory|"
+                      r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|HIP out of memory|"
+                      r"cannot allocate memory|Cannot allocate memory|can't allocate memory|"
+                      r"No available memory for the cache blocks|not enough memory", re.I)
+
+
+_OOM_SENTINELS = ("trying to allocate", "enough GPU", "out of memory", "Out of memory", "OutOfMemory", "OOM when", "RESOURCE_EXHAUSTED", "ALLOC_FAILED",
+                  "allocate memory", "No available memory", "not enough memory")
+_HOSTISH = re.compile(r"can't allocate memory|[Cc]annot allocate memory|DefaultCPUAllocator|CPU", re.I)
+
+
+def _family(kind: FailureKind) -> str:
+    if kind.value.startswith("nccl"):
+        return "nccl"
+    if kind in (FailureKind.SHM, FailureKind.HOST_OOM_KILL, FailureKind.KILLED, FailureKind.SIGKILL,
+                FailureKind.PINNED_HOST):
+        return "host"
+    if kind in (FailureKind.CONFIG_VALIDATION, FailureKind.DUPLICATE_GPU):
+        return "config"
+    return kind.value
+
+
+class FailureLineParser:
+    SENTINELS: tuple[str, ...] = tuple(sorted({s for _, sents, _ in PATTERNS for s in sents} | set(_OOM_SENTINELS)))
+    TRIGGER = re.compile("|".join(re.escape(s) for s in SENTINELS))
+
+    busy = False
+
+    def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
+                 tracebacks: TracebackTracker | None = None) -> None:
+        self.path = path
+        self.out = out
+        self.rank_hint = rank_hint
+        self._found: list[tuple[FailureKind, LogLine]] = []
+        self._oom: LogLine | None = None
+
+    def feed(self, ln: LogLine) -> None:
+        text = ln.text
+        if len(text) > 4000:
+            text = text[-4000:]
+        if self._oom is None and any(s in text for s in _OOM_SENTINELS) and _ANY_OOM.search(text):
+            self._oom = ln
+        for kind, sents, pat in PATTERNS:
+            if any(s in text for s in sents) and pat.search(text):
+                if kind is FailureKind.PYTHON_EXCEPTION and _ANY_OOM.search(text):
+                    continue
+                self._found.append((kind, ln))
+                return
+
+    def finish(self) -> None:
+        self._unread_oom()
+        self._rekind_generic_exceptions()
+        taken = {(x.ref.source, x.ref.line) for x in (*self.out.failures, *self.out.ooms, *self.out.exits)}
+        families_seen = {_family(x.kind) for x in self.out.failures if x.ref.source == self.path}
+        per_kind: dict[FailureKind, int] = {}
+        for kind, ln in self._found:
+            if (self.path, ln.lineno) in taken:
+                continue
+            if kind is FailureKind.SIGKILL and (any(e.ref.source == self.path for e in self.out.exits)
+                                                or "closing signal" in ln.text):
+                continue                      # the launcher parser reads exits (and kills survivors itself)
+            if _family(kind) in families_seen and kind is not FailureKind.PYTHON_EXCEPTION:
+                continue                      # a dedicated parser already read this family of failure here
+            if per_kind.get(kind, 0) >= 5:
+                continue
+            per_kind[kind] = per_kind.get(kind, 0) + 1
+            self.out.failures.append(Failure(kind, ref(self.path, ln), line_rank(ln, self.rank_hint),
+                                             message=ln.text.strip()[:500]))
+
+    def _unread_oom(self) -> None:
+        """An out-of-memory line that no OOM parser could read still is an OOM (without numbers)."""
+        from ..model import OomEvent, OomKind
+
+        ln = self._oom
+        if ln is None or any(o.ref.source == self.path for o in self.out.ooms):
+            return
+        if any(f.ref.source == self.path and f.ref.line == ln.lineno and f.kind.value.startswith("nccl")
+               for f in self.out.failures):
+            return                              # NCCL's own OOM: the NCCL parser has it
+        text = ln.text
+        host = (bool(_HOSTISH.search(text)) and not re.search(r"CUDA|GPU|HIP|cuda|gpu", text)) or bool(
+            re.search(r"on host|host memory|pinned", text))
+        self.out.ooms.append(OomEvent(OomKind.HOST if host else OomKind.OTHER, ref(self.path, ln),
+                                      rank=line_rank(ln, self.rank_hint), message_format="unparsed",
+                                      exception=text.split(":", 1)[0].strip()[:80]))
+
+    def _rekind_generic_exceptions(self) -> None:
+        """An exception line the exception parser could only call generic ("RuntimeError: Connection
+        reset by peer", "RuntimeError: CUDA error: invalid device ordinal") gets the kind its text names."""
+        import dataclasses
+
+        mine = {ln.lineno: kind for kind, ln in self._found if kind is not FailureKind.PYTHON_EXCEPTION}
+        have = {(_family(f.kind), f.rank) for f in self.out.failures if f.ref.source == self.path}
+        for i, f in enumerate(self.out.failures):
+            if f.kind is FailureKind.PYTHON_EXCEPTION and f.ref.source == self.path and f.ref.line in mine:
+                kind = mine[f.ref.line]
+                if (_family(kind), f.rank) not in have:
+                    self.out.failures[i] = dataclasses.replace(f, kind=kind)
+                    have.add((_family(kind), f.rank))
