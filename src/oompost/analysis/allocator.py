@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ..model import Segment
 from .allocator_rules import (ALLOCATED, INACTIVE, KMIN_BLOCK, KSMALL_BUFFER, KSMALL_SIZE, PENDING, AllocatorSettings,
-                              ceil_to, should_split)
+                              ceil_to)
 
 ADDR_ALIGN = 2 << 20
 
@@ -162,7 +162,8 @@ class CachingAllocator:
             if b is None:
                 return None
         rem = b.size - n
-        if should_split(n, rem, small, self.expandable, self.max_split):
+        # should_split (allocator_rules), inlined: the hottest line of every replay
+        if (rem >= KMIN_BLOCK) if (small or self.expandable) else (n < self.max_split and rem > KSMALL_SIZE):
             r = Block(b.ptr + n, rem, stream, small, b.seg)
             r.prev, r.next = b, b.next
             if b.next is not None:
@@ -340,6 +341,18 @@ class CachingAllocator:
         self.allocated -= b.size
         b.pending = True
         self.pending[id(b)] = b
+
+    def free_now(self, b: Block) -> None:
+        """``request_free`` and ``complete_free`` at once (no stream work in between)."""
+        if b.allocated:
+            b.allocated = False
+            self.allocated -= b.size
+        elif not b.pending or self.pending.pop(id(b), None) is None:
+            return                      # already free
+        b.pending = False
+        self._merge(b, b.prev)
+        self._merge(b, b.next)
+        self._insert_free(b)
 
     def complete_free(self, b: Block) -> None:
         if b.allocated:

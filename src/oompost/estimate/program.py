@@ -3,6 +3,7 @@ caching-allocator model (``analysis.allocator``) to find what is reserved at the
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +75,7 @@ class _CachingAllocator(CachingAllocator):
         if b is None or not b.allocated:
             return
         self.live[b.tag] -= b.size
-        self.complete_free(b)
+        self.free_now(b)
 
     def empty_cache(self) -> None:
         """``torch.cuda.empty_cache()``: whole free segments go back to CUDA."""
@@ -469,27 +470,47 @@ class _Program:
         budget = min(setup.prefetch_bucket_size, setup.max_live_parameters - self.avail)
         num = 0
         i = self.pos
-        while self.trace is not None and i < len(self.trace) and num < budget:
-            m = self.trace[i]
-            if m.key not in self.gathered:
+        trace = self.trace
+        if trace is None:
+            return
+        numel, gathered = self._tr_numel, self.gathered
+        while i < len(trace) and num < budget:
+            m = trace[i]
+            if m.key not in gathered:
                 self._gather(m)
-                num += sum(n for n, _ in m.tensors)
+                num += numel[i]
             i += 1
+
+    def _index_trace(self) -> None:
+        """Per position of the recorded trace: its elements, their running sum, and
+        where each module occurs (release asks "used again within N elements?")."""
+        assert self.trace is not None
+        self._tr_numel = [sum(n for n, _ in m.tensors) for m in self.trace]
+        cum = [0]
+        for n in self._tr_numel:
+            cum.append(cum[-1] + n)
+        self._tr_cum = cum
+        where: dict[str, list[int]] = {}
+        for i, m in enumerate(self.trace):
+            where.setdefault(m.key, []).append(i)
+        self._tr_where = where
 
     def release(self, mods: list[_PMod]) -> None:
         if self.amp or not self._needs_gather():
             return
-        keep: set[str] = set()
-        if self.trace is not None:
-            # __params_to_release: keep what is used again within max_reuse_distance elements
-            trav = 0
-            for m2 in self.trace[self.pos:]:
-                if trav >= self.setup.max_reuse_distance:
-                    break
-                keep.add(m2.key)
-                trav += sum(n for n, _ in m2.tensors)
+        if self.trace is None:
+            for m in mods:
+                self._drop(m.key)
+            return
+        # __params_to_release: keep what is used again within max_reuse_distance elements,
+        # i.e. occurs at a trace position i ≥ pos whose elements before it (from pos) are < that distance
+        pos, n = self.pos, len(self.trace)
+        cum = self._tr_cum
+        end = bisect.bisect_left(cum, cum[pos] + self.setup.max_reuse_distance, pos, n) if pos < n else pos
         for m in mods:
-            if m.key not in keep:
+            occ = self._tr_where.get(m.key, ())
+            k = bisect.bisect_left(occ, pos)
+            if not (k < len(occ) and occ[k] < end):
                 self._drop(m.key)
 
     def _drop(self, key: str) -> None:
@@ -511,6 +532,7 @@ class _Program:
         # forward + backward it saw is the trace it prefetches and releases by from then on
         if self.trace is None and self.rec:
             self.trace = self.rec
+            self._index_trace()
         self.rec, self.pos = [], 0
         e, tok = self.e, self.tok
         ids = self.A(8 * tok, "activations")           # input ids (int64; the capture loop passes them as labels too)
