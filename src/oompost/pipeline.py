@@ -72,11 +72,16 @@ def _config_file_given(paths: list[str], ds_config: str | None) -> bool:
 
 
 def report_from_evidence(ev: Evidence) -> Report:
-    ctx = build_context(ev)
-    findings = classify(ctx)
-    primary = findings[0]
-    rerun = plan(ctx, primary)
-    return _report(ctx, findings, rerun)
+    from .analysis.snapshot_metrics import forget
+
+    try:
+        ctx = build_context(ev)
+        findings = classify(ctx)
+        primary = findings[0]
+        rerun = plan(ctx, primary)
+        return _report(ctx, findings, rerun)
+    finally:
+        forget()                   # the per-snapshot memo: let the snapshot go with the analysis
 
 
 # ------------------------------------------------------------------ views
