@@ -378,3 +378,12 @@ def test_loading_frees_the_raw_entries_as_it_goes() -> None:
     assert len(entries) == 1001                       # decode_snapshot leaves a caller's data alone
     snap = decode_snapshot(raw, consume=True)
     assert entries == [] and len(snap.traces[0]) == 1001
+
+
+def test_hand_built_traces_become_columns_too() -> None:
+    from oompost.model import Snapshot, Trace, TraceEvent
+
+    ev = (TraceEvent("alloc", 4096, 512, 0, 1), TraceEvent("oom", 0, 1 << 20, 0, None, device_free=7))
+    s = Snapshot("x", (), (ev,), {}, {})
+    assert isinstance(s.traces[0], Trace) and tuple(s.traces[0]) == ev
+    assert s.traces[0].actions == ("alloc", "oom") and s.traces[0][1].device_free == 7
