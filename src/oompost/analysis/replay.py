@@ -374,9 +374,11 @@ def _jobs(runs: int, entries: int) -> int:
     for long traces only, and only where ``fork`` shares the columns for free."""
     import multiprocessing
     import os
+    import sys
 
-    if runs < 2 or entries < PARALLEL_FROM_ENTRIES or "fork" not in multiprocessing.get_all_start_methods():
-        return 1
+    if runs < 2 or entries < PARALLEL_FROM_ENTRIES or not sys.platform.startswith("linux") \
+            or "fork" not in multiprocessing.get_all_start_methods():
+        return 1                        # fork after importing numpy is only safe where it is the norm
     try:
         want = int(os.environ.get("OOMPOST_JOBS", "0"))
     except ValueError:
