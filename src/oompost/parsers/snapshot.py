@@ -459,13 +459,18 @@ class _Columns:
         time_us = np.fromiter(times, np.int64, n)
         del times
         frames = list(map(get, chunk, repeat("frames"), repeat(())))
-        # a stack is recognised by the identities of its frame dicts (pickle shares
-        # identical frames), so only distinct stacks are read field by field
-        keys = list(map(tuple, map(map, repeat(id), frames)))
-        first = dict(zip(keys, frames))
+        # A stack is recognised by the identities of its frame dicts (pickle shares
+        # identical frames), so only distinct stacks are read field by field; and
+        # entries sharing one frame list (torch's pickler shares those too) are
+        # keyed once.  Identities are stable here: the chunk holds every object.
+        lids = list(map(id, frames))
+        lists = dict(zip(lids, frames))
+        keys = list(map(tuple, map(map, repeat(id), lists.values())))
+        first = dict(zip(keys, lists.values()))
         index = {k: self._stack(f) for k, f in first.items()}
-        stack = np.fromiter(map(index.__getitem__, keys), np.int32, n)
-        del keys, first, frames
+        by_list = dict(zip(lists.keys(), map(index.__getitem__, keys)))
+        stack = np.fromiter(map(by_list.__getitem__, lids), np.int32, n)
+        del lids, lists, keys, first, frames, by_list
         extra: dict[int, tuple[int | None, tuple[int, int] | None, str]] = {}
         dfs = list(map(get, chunk, repeat("device_free")))
         pids = list(map(get, chunk, repeat("pool_id")))
