@@ -387,3 +387,15 @@ def test_hand_built_traces_become_columns_too() -> None:
     s = Snapshot("x", (), (ev,), {}, {})
     assert isinstance(s.traces[0], Trace) and tuple(s.traces[0]) == ev
     assert s.traces[0].actions == ("alloc", "oom") and s.traces[0][1].device_free == 7
+
+
+def test_stacks_that_share_their_innermost_frame_stay_apart() -> None:
+    """Entries are matched to stacks by (length, innermost frame) and confirmed frame by frame."""
+    inner = {"name": "f", "filename": "a.py", "line": 1}
+    one = [inner, {"name": "g", "filename": "b.py", "line": 2}]
+    two = [inner, {"name": "h", "filename": "c.py", "line": 3}]          # same length, same innermost frame
+    entries = [{"action": "alloc", "addr": 4096 * i, "size": 512, "stream": 0, "time_us": i,
+                "frames": list(one if i % 3 else two)} for i in range(100)]
+    t = decode_snapshot({"segments": [], "device_traces": [entries]}).traces[0]
+    assert [e.frames[1].name for e in t[:4]] == ["h", "g", "g", "h"]
+    assert len(t.stacks) == 3
