@@ -108,6 +108,12 @@ class CachingAllocator:
         self.index = -1
         self.pending: dict[int, Block] = {}          # id(blk) → blk: free requested, not completed
         self.sizes: dict[int, tuple[int, int]] = {}  # request → (rounded, segment size): traces repeat sizes
+        # Other caps this run stands for: the cap only matters through the test above, so
+        # a run under a cap in twin_caps is this very run until that test would go the
+        # other way (then ``diverged``).  Not for GC settings, whose threshold is a
+        # fraction of the cap.
+        self.twin_caps: tuple[int, ...] = ()
+        self.diverged = False
 
     # ---- pools
     def _insert_free(self, b: Block) -> None:
@@ -203,7 +209,12 @@ class CachingAllocator:
     def _alloc_block(self, n: int, asz: int, stream: int, small: bool, retry: bool) -> Block | None:
         if retry:
             self.retries += 1
-        if self.cap is not None and self.reserved + asz > self.cap:
+        need = self.reserved + asz
+        if self.twin_caps:
+            over = self.cap is not None and need > self.cap
+            if any((need > c) != over for c in self.twin_caps):
+                self.diverged, self.twin_caps = True, ()
+        if self.cap is not None and need > self.cap:
             return None
         if self.expandable:
             return self._alloc_expandable(n, stream, small)

@@ -217,9 +217,10 @@ class _Run:
                  "alloc_oom", "stopped", "fits_recorded", "orphans", "replayed", "done", "has_completed")
 
     def __init__(self, snap: Snapshot, prep: _Prepared, recorded: AllocatorSettings, st: AllocatorSettings,
-                 cap: int | None, avail: float, device: int) -> None:
+                 cap: int | None, avail: float, device: int, twins: tuple[int, ...] = ()) -> None:
         self.st, self.cap = st, cap
         self.sim = sim = CachingAllocator(st, cap, avail, _device_total(snap, avail), prep.base_addr)
+        sim.twin_caps = twins
         self.notes: list[str] = []
         if prep.private:
             sim._grow(prep.fixed)
@@ -355,15 +356,37 @@ def replay_many(snap: Snapshot, runs: Sequence[tuple[AllocatorSettings | str | M
     recorded = settings_of(snap)
     prep = _prepared(snap, device)
     avail = _avail(snap, device, device_bytes)
-    every = [_Run(snap, prep, recorded, recorded if s is None else AllocatorSettings.coerce(s), c, avail, device)
-             for s, c in runs]
+    specs = [(recorded if s is None else AllocatorSettings.coerce(s), c) for s, c in runs]
+    # Runs that differ only in the cap (no GC) are one run until a cap test would differ.
+    lead_of: dict[int, int] = {}
+    same: dict[AllocatorSettings, list[int]] = {}
+    for k, (st, c) in enumerate(specs):
+        if c is not None and st.garbage_collection_threshold == 0.0:
+            same.setdefault(st, []).append(k)
+    for ks in same.values():
+        ks = sorted(ks, key=lambda k: specs[k][1])        # type: ignore[arg-type, return-value]
+        for k in ks[1:]:
+            lead_of[k] = ks[0]
+    leads = [k for k in range(len(specs)) if k not in lead_of]
+    twins = {k: tuple(specs[j][1] for j, lead in lead_of.items() if lead == k) for k in leads}
+    every = [_Run(snap, prep, recorded, specs[k][0], specs[k][1], avail, device, twins[k]) for k in leads]  # type: ignore[arg-type]
+    done: list[tuple[ReplayResult, bool]] | None = None
     jobs = _jobs(len(every), len(prep.sel))
     if jobs > 1:
         done = _in_processes(every, prep, recorded, avail, jobs)
-        if done is not None:
-            return done
-    _pass(every, prep)
-    return [r.result(prep, recorded, avail) for r in every]
+    if done is None:
+        _pass(every, prep)
+        done = [(r.result(prep, recorded, avail), r.sim.diverged) for r in every]
+    out: dict[int, ReplayResult] = {k: res for k, (res, _) in zip(leads, done)}
+    diverged = {k for k, (_, d) in zip(leads, done) if d}
+    redo = [k for k, lead in lead_of.items() if lead in diverged]
+    for k, lead in lead_of.items():
+        if lead not in diverged:
+            out[k] = replace(out[lead], cap=specs[k][1])
+    if redo:
+        for k, res in zip(redo, replay_many(snap, [specs[k] for k in redo], device_bytes=avail, device=device)):
+            out[k] = res
+    return [out[k] for k in range(len(specs))]
 
 
 PARALLEL_FROM_ENTRIES = 200_000     # below this a process costs more than it saves
@@ -388,7 +411,7 @@ def _jobs(runs: int, entries: int) -> int:
 
 
 def _in_processes(every: list["_Run"], prep: _Prepared, recorded: AllocatorSettings, avail: float,
-                  jobs: int) -> list[ReplayResult] | None:
+                  jobs: int) -> list[tuple[ReplayResult, bool]] | None:
     """The runs dealt round-robin to ``jobs`` groups; each group is one shared pass,
     in a forked child (the trace columns and the starting layouts are shared
     copy-on-write) except the last, which runs here.  None if a child fails:
@@ -406,9 +429,9 @@ def _in_processes(every: list["_Run"], prep: _Prepared, recorded: AllocatorSetti
         children.append((g, p, recv))
     mine = [every[i] for i in groups[-1]]
     _pass(mine, prep)
-    out: list[ReplayResult | None] = [None] * len(every)
+    out: list[tuple[ReplayResult, bool] | None] = [None] * len(every)
     for i, r in zip(groups[-1], mine):
-        out[i] = r.result(prep, recorded, avail)
+        out[i] = (r.result(prep, recorded, avail), r.sim.diverged)
     ok = True
     for g, p, recv in children:
         try:
@@ -427,7 +450,7 @@ def _in_processes(every: list["_Run"], prep: _Prepared, recorded: AllocatorSetti
 def _child(runs: list["_Run"], prep: _Prepared, recorded: AllocatorSettings, avail: float, send) -> None:  # type: ignore[no-untyped-def]
     try:
         _pass(runs, prep)
-        send.send([r.result(prep, recorded, avail) for r in runs])
+        send.send([(r.result(prep, recorded, avail), r.sim.diverged) for r in runs])
     finally:
         send.close()
 
