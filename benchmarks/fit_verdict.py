@@ -48,6 +48,20 @@ def case_features(c: Case) -> dict[str, float] | None:
         return None
 
 
+def sample_views() -> list[Case]:
+    """Each capture seen as other people see theirs: the snapshot alone, and the logs alone."""
+    out = []
+    for c in sample_cases():
+        files = [p for p in sorted(c.path.iterdir()) if p.is_file() and p.name not in ("expected.json",
+                                                                                         "capture.json")]
+        snaps = [p.name for p in files if p.name.startswith("snapshot")]
+        rest = [p.name for p in files if not p.name.startswith("snapshot")]
+        for tag, names in (("snapshot-only", snaps), ("logs-only", rest)):
+            if names and len(names) < len(files):
+                out.append(Case(f"{c.name}[{tag}]", c.path, {**c.meta, "files": names}))
+    return out
+
+
 def softmax(z: np.ndarray) -> np.ndarray:
     z = z - z.max(axis=1, keepdims=True)
     e = np.exp(z)
@@ -82,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--l2", type=float, default=0.3)
     ap.add_argument("--write", action="store_true")
     a = ap.parse_args(argv)
-    cases = load_cases("dev") + sample_cases()
+    cases = load_cases("dev") + sample_cases() + sample_views()
     with ProcessPoolExecutor(min(2, os.cpu_count() or 1)) as ex:
         feats = list(ex.map(case_features, cases, chunksize=4))
     keep = [(c, f) for c, f in zip(cases, feats) if f is not None]

@@ -191,3 +191,55 @@ def test_real_capture_reports_in_the_browser(browser_context, tmp_path, scenario
     page.screenshot(path=str(_artifacts() / f"real-{scenario}.png"))
     page.close()
     assert errors == [] and left == []
+
+
+# Characters on either side of a line break inside a table cell: both letters or digits = a
+# break in the middle of a word (a break after "/", "_", "." or a space is a normal wrap).
+MID_WORD_BREAKS = """() => {
+  const out = [];
+  const alnum = /[A-Za-z0-9]/;
+  for (const cell of document.querySelectorAll('td, th')) {
+    if (!cell.getClientRects().length) continue;            // hidden (closed <details>)
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    let node;
+    while ((node = walker.nextNode())) {
+      const t = node.textContent;
+      let prevTop = null;
+      for (let i = 0; i < Math.min(t.length, 600); i++) {
+        const r = document.createRange();
+        r.setStart(node, i); r.setEnd(node, i + 1);
+        const rects = r.getClientRects();
+        if (!rects.length) { prevTop = null; continue; }
+        const top = rects[rects.length - 1].top;
+        if (prevTop !== null && top > prevTop + 2 && alnum.test(t[i - 1]) && alnum.test(t[i])) {
+          out.push(cell.tagName + ': ' + JSON.stringify(t.slice(Math.max(0, i - 15), i + 15)));
+          break;
+        }
+        prevTop = rects[0].top;
+      }
+    }
+  }
+  return out;
+}"""
+
+
+@pytest.mark.parametrize("scenario", ["capacity_zero2_offload_7b_3090", "leak_logits_kept_for_metrics",
+                                      "fragmentation_dynamic_padding", "config_error_prefetch_float",
+                                      "activation_spike_long_batch"])
+def test_no_table_cell_wraps_mid_word(browser_context, tmp_path, scenario):
+    """At 1400 px and at 760 px no table cell breaks a word in two (long values
+    scroll inside their table instead); the page itself never scrolls sideways."""
+    from sample_cache import SAMPLES, analyzed
+
+    report = analyzed(str((SAMPLES / scenario).resolve()))
+    path = _write(tmp_path, f"{scenario}.html", report)
+    for width in (1400, 760):
+        page, errors, left = _open(browser_context, path, width)
+        page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+        broken = page.evaluate(MID_WORD_BREAKS)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        page.screenshot(path=str(_artifacts() / f"wrap-{scenario}-{width}.png"), full_page=True)
+        page.close()
+        assert broken == [], (width, broken[:5])
+        assert overflow <= 1, (width, overflow)
+        assert errors == [] and left == []

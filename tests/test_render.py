@@ -294,7 +294,7 @@ def test_json_round_trip_keeps_the_contract(name):
 def test_json_is_indented_and_keeps_non_string_keys():
     text = render(capacity_report(estimate={"breakdown": {1: 2}}), "json")
     assert text.startswith('{\n  "schema": "oompost.report/1"')
-    assert orjson.loads(text)["estimate"] == {"breakdown": {"1": 2}}
+    assert orjson.loads(text)["estimate"]["breakdown"] == {"1": 2}
 
 
 def test_registry_and_unknown_format():
@@ -378,7 +378,7 @@ def test_markdown_cells_escape_pipes_backticks_and_html():
                 fixes=(Fix("env", "K|`x`", "v|1", "a | b `c` <img src=x onerror=alert(1)>"),))
     md = render_markdown(replace(fragmentation_report(), findings=(f,), summary="<script>alert(1)</script>"))
     row = next(ln for ln in md.splitlines() if ln.startswith("| 1 | env |"))
-    assert len(re.findall(r"(?<!\\)\|", row)) == 6                # 5 columns, no stray separators
+    assert len(re.findall(r"(?<!\\)\|", row)) == 7                # 6 columns, no stray separators
     assert "a \\| b \\`c\\` &lt;img src=x onerror=alert(1)&gt;" in row
     assert "<script>" not in md and "&lt;script&gt;alert(1)&lt;/script&gt;" in md
 
@@ -660,3 +660,17 @@ def test_markdown_hostile_text_is_inert():
     assert [ln for ln in prose.splitlines() if "<" in ln] == [MARKER]
     assert "&lt;/script&gt;&lt;script&gt;alert(1)" in prose and "{{7*7}}" in md
     assert "```text\n</script><script>alert(1)</script>" in md      # quoted verbatim inside a fence
+
+
+def test_segment_map_draws_identical_segments_once_with_their_count():
+    from oompost.render.html import segment_map
+
+    same = tuple(SegmentView(0x7F0000000000 + i * 2**26, 64 * MiB, "large", 0,
+                             (SegmentBlockView(0, 52 * MiB, "active_allocated"),
+                              SegmentBlockView(52 * MiB, 12 * MiB, "inactive"))) for i in range(25))
+    other = SegmentView(0x7F9000000000, 2 * GiB, "large", 0, (SegmentBlockView(0, 2 * GiB, "active_allocated"),))
+    chart = segment_map(fragmentation_report(segments=(other,) + same))
+    html = str(chart.html)
+    assert "25 × 64.00 MiB large segments, each with the same layout" in html
+    assert html.count('class="segrow"') == 2          # one row for the 2 GiB segment, one for the 25
+    assert chart.notes == ()

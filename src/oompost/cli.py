@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 
 import click
 
@@ -13,7 +14,7 @@ from . import __version__
 from .errors import InputError, OompostError
 
 FORMATS = ("html", "md", "json")
-EXIT_INTERNAL, EXIT_INPUT, EXIT_SCAN_PARTIAL = 1, 3, 4
+EXIT_INTERNAL, EXIT_USAGE, EXIT_INPUT, EXIT_SCAN_PARTIAL = 1, 2, 3, 4
 
 
 def _formats(value: str) -> tuple[str, ...]:
@@ -46,7 +47,8 @@ class LazyGroup(click.Group):
     """Subcommands that live in their own modules are imported only when used,
     so ``oompost analyze`` does not pay for DeepSpeed's config tables."""
 
-    LAZY = {"estimate": "oompost.commands.estimate:estimate", "check": "oompost.commands.check:check"}
+    LAZY = {"estimate": "oompost.commands.estimate:estimate", "check": "oompost.commands.check:check",
+            "scan": "oompost.commands.scan:scan"}
     # The one-line help ``oompost --help`` lists, so that listing the commands
     # imports none of them (the memory model and the lint tables cost ~0.2 s);
     # tests/test_startup.py checks these against the commands' own docstrings.
@@ -54,6 +56,8 @@ class LazyGroup(click.Group):
         "estimate": "Per-GPU memory breakdown of a training set-up and whether it fits.",
         "check": 'Validate CONFIG with the installed DeepSpeed and lint it: typos, keys that do nothing at this '
                  'stage, "auto" leftovers, batch arithmetic, risky buffer sizes.',
+        "scan": "Analyse every job under ROOTS (e.g. tonight's failed jobs), in parallel and incrementally; "
+                "write an index, a summary table and the history.",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -97,24 +101,86 @@ def cli() -> None:
     """Postmortem analyzer for GPU out-of-memory crashes in large-model training."""
 
 
+def prepare_output(output: str) -> tuple[str, bool]:
+    """Check (before any work) that reports can be written under ``output``:
+    an existing file, a missing parent or a directory that cannot be written
+    is a usage error.  Returns the directory and whether it was created here."""
+    import tempfile
+
+    path = os.path.abspath(output)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputError(f"{output} exists and is not a directory")
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        raise OutputError(f"cannot write to {output}: its parent directory {parent} does not exist")
+    created = not os.path.exists(path)
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        if created:
+            _remove_empty(path)
+        raise OutputError(f"cannot write to {output}: {e.strerror or e}") from None
+    return path, created
+
+
+class OutputError(Exception):
+    """An output path that cannot be used (exit 2)."""
+
+
+def _remove_empty(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def warn_inputs(report) -> None:  # type: ignore[no-untyped-def]
+    """Damaged or unreadable inputs, named on stderr (the report lists them too)."""
+    for i in report.inputs:
+        for w in i.warnings:
+            click.echo(f"oompost: warning: {i.path}: {w}", err=True)
+
+
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--ds-config", type=click.Path(), default=None, help="The run's ds_config.json (if not among PATHS).")
 @click.option("-o", "--output", "output", default="oompost-report", show_default=True,
-              help="Directory for report.html / report.md / report.json.")
+              help="Directory for report.html / report.md / report.json; '-' writes the JSON to stdout.")
 @click.option("--format", "fmt", default="html,md,json", show_default=True, help="Comma-separated: html, md, json.")
-@click.option("--redact", is_flag=True, help="Replace hostnames, IPs, user names in paths and tokens.")
+@click.option("--redact", is_flag=True, help="Replace hostnames, IPs, user names, file and directory names in "
+                                             "paths, and tokens.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the paths written.")
 def analyze(paths: tuple[str, ...], ds_config: str | None, output: str, fmt: str, redact: bool, quiet: bool) -> None:
     """Analyse crash artifacts: logs (any ranks), snapshot pickles, or a directory holding them."""
     formats = _formats(fmt)
+    to_stdout = output == "-"
+    created = False
+    try:
+        if to_stdout:
+            if formats not in (("json",), FORMATS) and "json" not in formats:
+                raise OutputError("-o - writes the JSON report to stdout; --format must include json")
+        else:
+            output, created = prepare_output(output)
+    except OutputError as e:
+        click.echo(f"oompost: {e}", err=True)
+        sys.exit(EXIT_USAGE)
     from .pipeline import analyze as run_analysis
+    from .progress import Progress
     from .render.terminal import short_verdict
 
     try:
-        report = run_analysis(list(paths), ds_config=ds_config)
-        written = write_report(report, output, formats, redact)
+        with Progress("analysing", enabled=not quiet):
+            report = run_analysis(list(paths), ds_config=ds_config)
+            if to_stdout:
+                written = []
+                text = _render_one(report, "json", redact)
+            else:
+                written = write_report(report, output, formats, redact)
     except InputError as e:
+        if created:
+            _remove_empty(output)
         click.echo(f"oompost: {e}", err=True)
         sys.exit(EXIT_INPUT)
     except OompostError as e:
@@ -127,36 +193,26 @@ def analyze(paths: tuple[str, ...], ds_config: str | None, output: str, fmt: str
         traceback.print_exc()
         sys.exit(EXIT_INTERNAL)
     if not quiet:
+        warn_inputs(report)
+    if to_stdout:
+        if not quiet:
+            click.echo(short_verdict(report), err=True)
+        click.echo(text, nl=False)
+        return
+    if not quiet:
         click.echo(short_verdict(report))
     for p in written:
         click.echo(p)
 
 
-@cli.command()
-@click.argument("roots", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", "output", required=True, help="Directory for one report per job plus an index.")
-@click.option("--since", default=None, help="Only jobs with files modified within this window (e.g. 24h, 7d, 90m).")
-@click.option("--format", "fmt", default="html,md,json", show_default=True)
-@click.option("--redact", is_flag=True)
-def scan(roots: tuple[str, ...], output: str, since: str | None, fmt: str, redact: bool) -> None:
-    """Analyse every job directory under ROOTS (e.g. a nightly directory of failed jobs) and write an index."""
-    from .scan import parse_window, run_scan
+def _render_one(report, fmt: str, redact: bool) -> str:  # type: ignore[no-untyped-def]
+    from .render import render
 
-    formats = _formats(fmt)
-    try:
-        window = parse_window(since) if since else None
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--since") from None
-    missing = [r for r in roots if not os.path.isdir(r)]
-    if missing:
-        click.echo(f"oompost: not a directory: {', '.join(missing)}", err=True)
-        sys.exit(EXIT_INPUT)
-    result = run_scan(list(roots), output, formats=formats, since_seconds=window, redact=redact,
-                      write=write_report)
-    for line in result.summary_lines():
-        click.echo(line)
-    if result.failed:
-        sys.exit(EXIT_SCAN_PARTIAL)
+    if redact:
+        from .redact import redact_report
+
+        report = redact_report(report)
+    return render(report, fmt)
 
 
 def main() -> None:

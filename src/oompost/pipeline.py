@@ -6,6 +6,8 @@ of the one before it.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,6 +18,8 @@ from .classify.base import Cause, Finding
 from .errors import InputError
 from .model import Evidence, InputKind
 from .parsers import parse_paths
+from .progress import stage
+from .remedies.ranking import rank
 from .remedies.rerun import RerunPlan, plan
 from .report import (CounterfactualView, OomSummary, RankView, Report, SegmentBlockView, SegmentView,
                      SeriesPoint, StackView)
@@ -34,13 +38,16 @@ _CAUSE_WORDS = {
 }
 
 
-def analyze(paths: str | Iterable[str], ds_config: str | None = None) -> Report:
+def analyze(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+            ds_config: str | os.PathLike[str] | None = None) -> Report:
     """Analyse crash artifacts (logs, snapshot pickles, directories holding them)."""
-    if isinstance(paths, str):
+    if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    paths = [os.fspath(p) for p in paths]
+    ds_config = os.fspath(ds_config) if ds_config is not None else None
+    stage(f"reading {len(paths)} input(s)")
     from .dsconfig.validate import prefetch
 
-    paths = list(paths)
     if _config_file_given(paths, ds_config):
         prefetch()                 # DeepSpeed's import overlaps the parsing (it validates the rerun config)
     ev = parse_paths(paths, ds_config=ds_config)
@@ -74,6 +81,7 @@ def _config_file_given(paths: list[str], ds_config: str | None) -> bool:
 def report_from_evidence(ev: Evidence) -> Report:
     from .analysis.snapshot_metrics import forget
 
+    stage("analysing the evidence")
     try:
         ctx = build_context(ev)
         findings = classify(ctx)
@@ -88,22 +96,25 @@ def report_from_evidence(ev: Evidence) -> Report:
 
 def _report(ctx: Context, findings: tuple[Finding, ...], rerun: RerunPlan | None) -> Report:
     primary = findings[0]
-    timeline, source, unit = _timeline(ctx)
+    timeline, source, unit = _timeline(ctx, primary)
     show_segments = primary.cause is Cause.FRAGMENTATION or bool(
         ctx.snapshot_metrics is not None and getattr(ctx.snapshot_metrics, "fragmentation_suspected", False))
+    fixes, not_worth = rank(ctx, findings, rerun)
+    parts, peak_phase = _estimate_parts(ctx)
     return Report(
         cause=primary.cause.value, sub_cause=primary.sub_cause, confidence=primary.confidence,
-        summary=_summary(ctx, primary, rerun), findings=findings, oom=_oom(ctx),
+        summary=_summary(ctx, primary, rerun, fixes), findings=findings, oom=_oom(ctx),
         ranks=tuple(RankView(r.rank, r.failed, r.first, r.peak_bytes, r.exitcode, r.cause_hint, r.first_failure_line)
                     for r in ctx.ranks),
         rerun=rerun, counterfactuals=_counterfactuals(ctx), inputs=ctx.evidence.inputs,
         timeline=timeline, timeline_source=source, timeline_unit=unit, top_stacks=_stacks(ctx),
         segments=_segments(ctx) if show_segments else (), estimate=_estimate(ctx), facts=_facts(ctx),
         warnings=tuple(f"{w.source}:{w.line or ''} {w.message}" for w in ctx.evidence.warnings) + ctx.notes,
-        version=__version__)
+        version=__version__, fixes=fixes, not_worth=not_worth, estimate_parts=parts,
+        estimate_peak_phase=peak_phase)
 
 
-def _summary(ctx: Context, f: Finding, rerun: RerunPlan | None) -> str:
+def _summary(ctx: Context, f: Finding, rerun: RerunPlan | None, fixes: tuple[Any, ...] = ()) -> str:
     """One sentence a person can act on: what failed, where, and what to change."""
     where = f" {_PHASE_WORDS.get(ctx.phase.phase.value, '')}" if ctx.oom is not None and \
         ctx.phase.phase.value in _PHASE_WORDS else ""
@@ -113,12 +124,48 @@ def _summary(ctx: Context, f: Finding, rerun: RerunPlan | None) -> str:
     if words:
         s += " Rerun with " + ", ".join(words[:4]) + ("…" if len(words) > 4 else "")
         if rerun is not None and rerun.predicted_peak_bytes and rerun.device_bytes:
-            s += f": predicted peak {fmt_bytes(rerun.predicted_peak_bytes)} of {fmt_bytes(rerun.device_bytes)}"
+            if rerun.basis == "replay":
+                s += (f": the recorded trace replays without failing (peak {fmt_bytes(rerun.predicted_peak_bytes)}"
+                      f" of {fmt_bytes(rerun.device_bytes)})")
+            else:
+                s += f": predicted peak {fmt_bytes(rerun.predicted_peak_bytes)} of {fmt_bytes(rerun.device_bytes)}"
+                from .remedies.pricing import uncertainty
+
+                width, _ = uncertainty(ctx)
+                if width:
+                    s += f" (±{width:.0%}, outside the measured range)"
+                if rerun.fits is False:
+                    s += " (still too large)"
+        if rerun is not None and rerun.changes_global_batch:
+            s += f"; this changes the global batch {rerun.global_batch[0]} → {rerun.global_batch[1]}"
         s += "."
-    elif f.fixes:
-        fx = f.fixes[0]
-        s += f" Fix: {fx.key}" + (f" = {fx.value}" if fx.kind != "code" and fx.value is not None else "") + "."
+    else:
+        fx = next((x.fix for x in fixes if not x.plan), None) if fixes else (f.fixes[0] if f.fixes else None)
+        if fx is not None:
+            s += f" Fix: {fx.key}" + (f" = {fx.value}" if fx.kind != "code" and fx.value is not None else "") + "."
     return s
+
+
+def _estimate_parts(ctx: Context) -> tuple[tuple[tuple[str, int], ...], str]:
+    """The configured run's predicted peak as parts that add up to it: the
+    start-up parts when start-up is the peak, else the step's."""
+    e = ctx.estimate
+    if e is None:
+        return (), ""
+    b = {k: int(v) for k, v in e.breakdown.items()}
+    total = int(e.predicted_peak_bytes)
+    if total == int(e.startup_peak_bytes) and total != int(e.step_peak_bytes):
+        parts = [("weights", b.get("weights", 0)), ("held during initialize", b.get("startup_extra", 0)),
+                 ("context", b.get("context", 0)), ("nccl", b.get("nccl", 0))]
+        phase = "initialize"
+    else:
+        parts = [(k, v) for k, v in b.items() if k not in ("kv_cache", "startup_extra")]
+        phase = e.peak_phase or "step"
+    parts = [(k, v) for k, v in parts if v > 0]
+    rest = total - sum(v for _, v in parts)
+    if rest > 0:
+        parts.append(("other (not itemised)", rest))
+    return tuple(parts), phase
 
 
 _PHASE_WORDS = {
@@ -183,14 +230,43 @@ def _oom(ctx: Context) -> OomSummary | None:
 
 
 def _counterfactuals(ctx: Context) -> tuple[CounterfactualView, ...]:
+    """The allocator replays, in words no stronger than a replay that stops at the OOM allows."""
+    from .remedies.pricing import HEADROOM_WARN
+
     out = []
+    L = ctx.limit_bytes
     for c in ctx.counterfactuals:
+        note = str(getattr(c, "note", "") or "")
+        tight = bool(not c.oom and L and c.peak_reserved_bytes is not None
+                     and L - c.peak_reserved_bytes < HEADROOM_WARN * L)
+        if not c.oom:                  # the replay ends at the OOM: it gets past it, it does not prove a fit
+            note = re.sub(r"\bfits(?=:)", "replays without failing", note)
+        if tight:
+            note += f"; less than {HEADROOM_WARN:.0%} headroom under the {fmt_bytes(L)} limit"
         out.append(CounterfactualView(getattr(c, "label", c.setting) or "(recorded settings)", bool(c.oom),
-                                      c.peak_reserved_bytes, getattr(c, "note", ""), "replay"))
+                                      c.peak_reserved_bytes, note, "replay", tight))
     return tuple(out)
 
 
-def _timeline(ctx: Context) -> tuple[tuple[SeriesPoint, ...], str, str]:
+def _timeline(ctx: Context, primary: Finding | None = None) -> tuple[tuple[SeriesPoint, ...], str, str]:
+    """The picture that proves the verdict: a leak or a spike shows the per-step
+    series (the growth, or the step that broke away), the OOM marked one step
+    after the last logged step; otherwise the snapshot's allocator trace."""
+    if primary is not None and primary.cause is Cause.LEAK and len(ctx.steps) >= 3:
+        pts = _step_points(ctx)
+        if ctx.oom is not None:
+            pts.append(SeriesPoint(ctx.steps[-1].step + 1, None, None, "oom"))
+        return tuple(pts), "steps", "step"
+    if primary is not None and primary.cause is Cause.ACTIVATION_SPIKE and len(ctx.steps) >= 2:
+        # the peak of every logged step, and what the failing step needed at least (allocated + request)
+        pts = [SeriesPoint(p.step, p.max_allocated if p.max_allocated is not None else p.allocated,
+                           p.max_reserved if p.max_reserved is not None else p.reserved) for p in ctx.steps]
+        o = ctx.oom
+        if o is not None:
+            need = (o.allocated_bytes + (o.requested_bytes or 0)) if o.allocated_bytes is not None else None
+            held = (o.allocated_bytes + (o.reserved_unallocated_bytes or 0)) if o.allocated_bytes is not None else None
+            pts.append(SeriesPoint(ctx.steps[-1].step + 1, need, held, "oom"))
+        return tuple(pts), "steps", "step (peak within each step; at the OOM: allocated + the request)"
     if ctx.snapshot is not None and any(ctx.snapshot.traces):
         try:
             from .analysis.snapshot_metrics import timeline
@@ -204,10 +280,13 @@ def _timeline(ctx: Context) -> tuple[tuple[SeriesPoint, ...], str, str]:
         except Exception:
             pass
     if ctx.steps:
-        return tuple(SeriesPoint(p.step, p.allocated if p.allocated is not None else p.max_allocated,
-                                 p.reserved if p.reserved is not None else p.max_reserved)
-                     for p in ctx.steps), "steps", "step"
+        return tuple(_step_points(ctx)), "steps", "step"
     return (), "", ""
+
+
+def _step_points(ctx: Context) -> list[SeriesPoint]:
+    return [SeriesPoint(p.step, p.allocated if p.allocated is not None else p.max_allocated,
+                        p.reserved if p.reserved is not None else p.max_reserved) for p in ctx.steps]
 
 
 def _stacks(ctx: Context) -> tuple[StackView, ...]:
@@ -259,10 +338,18 @@ def _facts(ctx: Context) -> tuple[tuple[str, str], ...]:
     add("model parameters", f"{int(s.get('model_params')):,}" if s.get("model_params") else None)
     add("model shape (memory model)", ctx.spec.describe() if ctx.spec else None)
     add("DeepSpeed", "yes" if s.deepspeed else None)
-    add("ZeRO stage", s.get("zero_stage"))
-    if s.deepspeed:
-        add("offload", f"optimizer={s.offload_optimizer}, param={s.offload_param}")
-    add("dtype", s.dtype if s.deepspeed else None)
+    m = s.ds                                   # the typed ds_config: defaults are said to be defaults
+    if m is not None and s.ds_config_origin == "file":
+        add("ZeRO stage", m.zero_stage.describe())
+        add("offload", f"optimizer={m.offload_optimizer.describe()}, param={m.offload_param.describe()}")
+        dtype_logged = ctx.evidence.fact_value("deepspeed.dtype") is not None
+        add("dtype", m.precision.describe() if (m.precision.stated or not dtype_logged)
+            else f"{s.dtype} (from the engine's log" + (', the config says "auto")' if m.precision.auto else ")"))
+    else:
+        add("ZeRO stage", s.get("zero_stage"))
+        if s.deepspeed:
+            add("offload", f"optimizer={s.offload_optimizer}, param={s.offload_param}")
+        add("dtype", s.dtype if s.deepspeed else None)
     add("world size", s.get("world_size"))
     add("micro-batch", s.get("micro_batch"))
     add("gradient accumulation", s.get("grad_accum"))

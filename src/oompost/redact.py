@@ -85,13 +85,41 @@ def _looks_secret(s: str) -> bool:
             and s.count("/") <= 2 and s.count("_") <= 3 and not _WORDY.search(s))
 
 
+# File names that say nothing about who ran what: kept so the report still reads.
+_GENERIC_FILE = re.compile(r"(?i)^(?:run|train|stdout|stderr|output|log|rank[_-]?\d+|node[_-]?\d+|worker[_-]?\d+|"
+                           r"ds_config|deepspeed_config|config|snapshot(?:[_-][\w]*)?|capture|expected|"
+                           r"launcher|torchrun|slurm[-_]?\d*|job|report)(?:\.[\w.]+)?$")
+
+
 class Redactor:
     """Stable placeholders for one report."""
 
     def __init__(self) -> None:
         self.hosts: dict[str, str] = {}
         self.ips: dict[str, str] = {}
+        self.paths: dict[str, str] = {}          # a directory or specific file name → its placeholder
         self._host_re: re.Pattern[str] | None = None
+        self._path_re: re.Pattern[str] | None = None
+
+    def learn_path(self, path: str) -> None:
+        """The directories an input sits in and a file name that is not generic are
+        replaced wherever they appear (job directories often carry user or project names)."""
+        import os.path
+
+        d, base = os.path.split(path.rstrip("/"))
+        if d and d not in (".", "/") and d not in self.paths:
+            self.paths[d] = f"<dir-{sum(v.startswith('<dir') for v in self.paths.values()) + 1}>"
+        if base and not _GENERIC_FILE.match(base) and base not in self.paths:
+            ext = "".join(re.findall(r"\.(?:log|txt|out|err|json|pickle|pkl|gz)$", base)) or (
+                "".join(os.path.splitext(base)[1:]))
+            self.paths[base] = f"<file-{sum(v.startswith('<file') for v in self.paths.values()) + 1}>{ext}"
+        self._path_re = None
+
+    def _paths(self) -> re.Pattern[str] | None:
+        if self._path_re is None and self.paths:
+            names = sorted(self.paths, key=len, reverse=True)
+            self._path_re = re.compile(r"(?<![\w.-])(" + "|".join(re.escape(n) for n in names) + r")(?![\w-])")
+        return self._path_re
 
     # pass 1
     def learn(self, text: str) -> None:
@@ -129,6 +157,9 @@ class Redactor:
         s = _IPV4.sub(self._ip, s)
         for pat in _USER_PATHS:
             s = pat.sub(r"\1<user>", s)
+        pre = self._paths()
+        if pre is not None:
+            s = pre.sub(lambda m: self.paths[m.group(1)], s)
         hre = self._hosts()
         if hre is not None:
             s = hre.sub(lambda m: self.hosts[m.group(1)], s)
@@ -190,5 +221,7 @@ def redact_report(report: "Report") -> "Report":
     r = Redactor()
     for s in _strings(report):
         r.learn(s)
+    for i in report.inputs:
+        r.learn_path(i.path)
     out = _rewrite(report, r)
     return dataclasses.replace(out, redacted=True)

@@ -10,11 +10,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .classify.base import Finding
+from .classify.base import Finding, NotAFix
 from .model import InputInfo, SourceRef
+from .remedies.ranking import RankedFix
 from .remedies.rerun import RerunPlan
 
 SCHEMA = "oompost.report/1"
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of report.json, shipped in the package (``oompost/data/report.schema.json``)."""
+    import json
+    from importlib.resources import files
+
+    return json.loads(files("oompost").joinpath("data/report.schema.json").read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +90,12 @@ class CounterfactualView:
     peak_reserved_bytes: int | None
     note: str = ""
     source: str = "replay"                # "replay" (allocator simulation) | "estimate"
+    tight: bool = False                   # replays without failing, but under 2 % below the limit
 
     def to_json(self) -> dict[str, Any]:
         return {"setting": self.setting, "oom": self.oom, "peak_reserved_bytes": self.peak_reserved_bytes,
-                "note": self.note, "source": self.source}
+                "note": self.note, "source": self.source, "tight": self.tight,
+                "result": "oom" if self.oom else ("replays_tight" if self.tight else "replays")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +154,10 @@ class Report:
     warnings: tuple[str, ...] = ()
     version: str = ""
     redacted: bool = False
+    fixes: tuple[RankedFix, ...] = ()              # the one ranking (remedies.ranking), the plan first
+    not_worth: tuple[NotAFix, ...] = ()            # advice that does not address this cause; never also a fix
+    estimate_parts: tuple[tuple[str, int], ...] = ()   # the configured run's peak, in parts that add up to it
+    estimate_peak_phase: str = ""
 
     @property
     def primary(self) -> Finding | None:
@@ -165,7 +180,10 @@ class Report:
                          "points": [[p.x, p.allocated, p.reserved] for p in self.timeline]} if self.timeline else None,
             "top_stacks": [{"label": s.label, "bytes": s.bytes, "count": s.count, "frames": list(s.frames)}
                            for s in self.top_stacks],
-            "estimate": self.estimate,
+            "estimate": {**self.estimate, "parts": [[k, v] for k, v in self.estimate_parts],
+                         "peak_phase": self.estimate_peak_phase} if self.estimate else None,
+            "fixes": [x.to_json() for x in self.fixes],
+            "not_worth_trying": [n.to_json() for n in self.not_worth],
             "facts": {k: v for k, v in self.facts},
             "warnings": list(self.warnings),
             "oompost_version": self.version,

@@ -91,6 +91,7 @@ _DS_CONFIG_KEYS = {"zero_optimization", "train_batch_size", "train_micro_batch_s
 
 
 def _looks_binary(head: bytes) -> bool:
+    head = head.rstrip(b"\x00")      # a crashed node's log often ends in a NUL-filled block
     if not head:
         return False
     sample = head[:8192]
@@ -136,6 +137,9 @@ def _sniff_json(path: str | os.PathLike[str]) -> Sniff:
     try:
         data = load_json(path)
     except InputError as e:
+        if _is_json_lines(path):
+            # e.g. oompost.record's steps_rankN.jsonl: each line is read like a log line
+            return Sniff(InputKind.TORCH_LOG, "JSON Lines, read line by line")
         return Sniff(InputKind.UNKNOWN, str(e))
     if not isinstance(data, dict):
         return Sniff(InputKind.UNKNOWN, "JSON that is not an object")
@@ -147,6 +151,17 @@ def _sniff_json(path: str | os.PathLike[str]) -> Sniff:
     if _DS_CONFIG_KEYS & set(data):
         return Sniff(InputKind.DS_CONFIG)
     return Sniff(InputKind.UNKNOWN, "JSON object that is not a DeepSpeed config")
+
+
+def _is_json_lines(path: str | os.PathLike[str]) -> bool:
+    """The first two lines each hold one JSON object."""
+    lines = read_head(path).split(b"\n", 2)
+    if len(lines) < 2:
+        return False
+    try:
+        return all(isinstance(orjson.loads(ln), dict) for ln in lines[:2])
+    except orjson.JSONDecodeError:
+        return False
 
 
 def load_json(path: str | os.PathLike[str]) -> object:

@@ -209,6 +209,16 @@ def build_context(ev: Evidence) -> Context:
                 phase = snap_phase
         if loc is None:
             loc = user_location(metrics.oom.frames, innermost_first=True)
+    if setup.get("model_params") is None:
+        from dataclasses import replace
+
+        from .model_size import infer_params
+        from .setup import Value
+
+        inferred = infer_params(ev, oom, phase, setup.dtype)
+        if inferred is not None:
+            setup = replace(setup, model_params=Value(inferred.params, inferred.ref))
+            notes.append(f"model size inferred: {inferred.params / 1e9:.2f} B parameters from {inferred.how}")
     steps = step_series(ev.memory, oom.rank if oom else first)
     cfs: tuple[Any, ...] = ()
     if snap is not None and any(snap.traces):

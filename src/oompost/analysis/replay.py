@@ -602,7 +602,7 @@ def counterfactuals(snap: Snapshot, cap: int | None = None, device_bytes: int | 
                 need = _min_fitting_cap(snap, st, caps[0], caps[-1], db, dev)
                 parts.append(f"fits only if the cap was at least ~{fmt_bytes(need)}")
         else:
-            parts.append(f"fits: peak reserved {fmt_bytes(r0.peak_reserved)}")
+            parts.append(f"replays without failing: peak reserved {fmt_bytes(r0.peak_reserved)}")
         if cap_note:
             parts.append(cap_note)
         peak = max(r.peak_reserved for r in runs)

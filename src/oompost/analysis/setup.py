@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..dsconfig.model import DsConfig, parse_ds_config
 from ..model import DsConfigSeen, Evidence, SourceRef, Stack
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,7 @@ class RunSetup:
     deepspeed_version: str | None = None
     torch_version: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    ds: DsConfig | None = None                 # the typed ds_config (stated vs defaulted values)
 
     def get(self, name: str, default: Any = None) -> Any:
         v = getattr(self, name)
@@ -103,16 +105,18 @@ def build_setup(ev: Evidence) -> RunSetup:
     if offload_opt == "none" and ev.fact_value("deepspeed.cpu_offload") is True:
         offload_opt = "cpu"
 
-    dtype = "bf16"
-    if isinstance(cfg, dict):
-        if _enabled(cfg.get("fp16")):
-            dtype = "fp16"
-        elif _enabled(cfg.get("bf16")) or _enabled(cfg.get("bfloat16")):
-            dtype = "bf16"
-        elif cfg.get("fp16") is None and cfg.get("bf16") is None:
-            dtype = "fp32" if ev.fact_value("deepspeed.dtype") == "float32" else "bf16"
-    elif ev.fact_value("deepspeed.dtype") in ("float16", "bfloat16", "float32"):
-        dtype = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[ev.fact_value("deepspeed.dtype")]
+    # one reader of the ds_config for everyone (dsconfig.model): what the file states, else what the
+    # engine printed, else DeepSpeed's own default (fp32 without a bf16/fp16 section)
+    model = parse_ds_config(cfg) if isinstance(cfg, dict) else None
+    logged = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(ev.fact_value("deepspeed.dtype"))
+    if model is not None and model.precision.stated:
+        dtype = model.precision.value
+    elif logged is not None:
+        dtype = logged
+    elif model is not None:
+        dtype = model.precision.value
+    else:
+        dtype = "bf16"                        # no DeepSpeed config at all: the usual mixed-precision run
 
     world = _fact(ev, "world_size", "nccl.nranks")
     if world is None:
@@ -158,7 +162,7 @@ def build_setup(ev: Evidence) -> RunSetup:
         offload_param=offload_par, dtype=dtype, world_size=world, micro_batch=micro, grad_accum=gas, seq_len=seq,
         grad_ckpt=ckpt, attn=attn, lora_r=lora, model_params=params, trainable_params=trainable,
         deepspeed_version=ev.fact_value("deepspeed.version") or None,
-        torch_version=ev.fact_value("torch.version") or None)
+        torch_version=ev.fact_value("torch.version") or None, ds=model)
 
 
 def _offload(section: Any) -> str:
@@ -166,7 +170,3 @@ def _offload(section: Any) -> str:
         dev = section.get("device", "none")
         return dev if dev in ("cpu", "nvme") else "none"
     return "none"
-
-
-def _enabled(section: Any) -> bool:
-    return isinstance(section, dict) and section.get("enabled") in (True, "true", 1)

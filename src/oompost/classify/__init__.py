@@ -29,6 +29,18 @@ def impossible_causes(ctx: Context) -> frozenset[Cause]:
     return frozenset(out)
 
 
+def _run(rule, ctx: Context, advice: list[Finding]) -> list[Finding]:  # type: ignore[no-untyped-def]
+    """A rule that fails is reported (as an advisory finding naming it), never swallowed, and never
+    stops the other rules."""
+    try:
+        return list(rule.evaluate(ctx))
+    except Exception as e:  # noqa: BLE001 - reported in the report itself
+        advice.append(Finding("RULEERR", Cause.UNKNOWN, f"Rule {rule.code} failed on these inputs", 0.0,
+                              detail=f"{type(e).__name__}: {e}. Its cause was not weighed; please report it "
+                                     "with the inputs.", severity=Severity.ADVICE))
+        return []
+
+
 def classify(ctx: Context) -> tuple[Finding, ...]:
     from .explain import finding_for
     from .features import extract, missing_evidence
@@ -36,11 +48,11 @@ def classify(ctx: Context) -> tuple[Finding, ...]:
     from .verdict import decide
 
     causes: list[Finding] = []
-    for rule in CAUSE_RULES:
-        causes.extend(rule.evaluate(ctx))
     advice: list[Finding] = []
+    for rule in CAUSE_RULES:
+        causes.extend(_run(rule, ctx, advice))
     for rule in ADVICE_RULES:
-        advice.extend(rule.evaluate(ctx))
+        advice.extend(_run(rule, ctx, advice))
     feats = extract(ctx, causes)
     v = decide(feats, impossible_causes(ctx))
     settle = tuple(missing_evidence(ctx))

@@ -47,7 +47,8 @@ FEATURES = (
     "phase.model_state", "phase.optimizer_step", "phase.activation", "phase.loss", "phase.generation",
     "phase.comm", "phase.checkpoint_load", "phase.unknown",
     "cue.model_loading", "cue.training_progress", "cue.evaluation", "cue.serving", "cue.generation",
-    "cue.memory_report", "cue.memory_growing", "cue.multi_process", "steps.some", "steps.growing", "snapshot",
+    "cue.memory_report", "cue.memory_growing", "cue.multi_process", "cue.long_run",
+    "cue.progress_before_oom", "cue.loading_before_oom", "steps.some", "steps.growing", "snapshot",
     "ds_config",
 )
 
@@ -122,9 +123,15 @@ def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> di
         else:
             f["phase.unknown"] = 1.0
     for name in ("model_loading", "training_progress", "evaluation", "serving", "generation", "memory_report",
-                 "memory_growing", "multi_process"):
+                 "memory_growing", "multi_process", "long_run"):
         if ev.fact(f"cue.{name}") is not None:
             f[f"cue.{name}"] = 1.0
+    if o is not None and o.ref.line is not None:
+        for cue, feat in (("cue.training_progress", "cue.progress_before_oom"),
+                          ("cue.model_loading", "cue.loading_before_oom")):
+            c = ev.fact(cue)
+            if c is not None and c.ref.source == o.ref.source and c.ref.line is not None and c.ref.line < o.ref.line:
+                f[feat] = 1.0
     if ctx.steps:
         f["steps.some"] = 1.0
         from ..analysis.steps import leak_trend

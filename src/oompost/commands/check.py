@@ -52,9 +52,20 @@ def check(ctx: click.Context, config: Path, world_size: int | None, fmt: str, hf
 
 
 def _verdict(result: CheckResult) -> str:
-    """The headline: what DeepSpeed says, then what oompost says."""
+    """The headline: what DeepSpeed says, for which world size, then what oompost says.
+    Without --world-size nothing is guessed: the world sizes the batch keys allow are named."""
     v = result.validation
-    where = f" for {v.world_size} GPU{'s' if v.world_size != 1 else ''}" if v.world_size else ""
+    allowed = result.allowed_world_sizes
+    if result.world_size is not None:
+        where = f" on {result.world_size} GPU{'s' if result.world_size != 1 else ''}"
+    elif allowed is None:
+        where = " (its batch keys fit any world size)"
+    elif not allowed:
+        where = " (no world size satisfies its batch keys)"
+    else:
+        shown = ", ".join(map(str, allowed[:6])) + (", …" if len(allowed) > 6 else "")
+        where = (f" if run on {shown} GPU{'s' if allowed != (1,) else ''} — the world size"
+                 f"{'s' if len(allowed) > 1 else ''} its batch keys allow; pass --world-size N for the real job")
     if not v.available:
         ds = "not validated by DeepSpeed (not installed)"
     elif v.ok:

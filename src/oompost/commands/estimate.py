@@ -16,7 +16,7 @@ import click
 from oompost.errors import InputError
 from oompost.estimate.memory import Estimate, TrainSetup, estimate as run_estimate
 from oompost.estimate.models import ModelSpec, load_model_spec
-from oompost.sources import load_json_object
+from oompost.dsconfig.model import load_ds_config
 from oompost.units import GiB, parse_human_size_arg
 
 __all__ = ["estimate"]
@@ -25,11 +25,18 @@ _OFFLOAD = click.Choice(["none", "cpu", "nvme"])
 
 
 def _gpu_mem(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    """'24GiB', '80GB', '40G' → bytes, always binary (GB = GiB, as torch prints)."""
+    """'24GiB', '80GB', '40G' → bytes, always binary (GB = GiB, as torch prints).
+    A bare number is GiB ('80' = 80 GiB); one too large to be GiB is refused."""
     if value is None:
         return None
+    bare = value.strip().replace("_", "")
     try:
-        n = parse_human_size_arg(value)
+        if bare and bare.replace(".", "", 1).isdigit():
+            gib_count = float(bare)
+            if gib_count > 16384:
+                raise click.BadParameter(f"{value!r} GiB per GPU is not a GPU; give a unit, e.g. 80GiB")
+            bare += "GiB"
+        n = parse_human_size_arg(bare)
     except ValueError:
         raise click.BadParameter(f"not a size: {value!r} (e.g. 24GiB, 80GB, 40G)") from None
     if n <= 0:
@@ -50,7 +57,7 @@ def _fail(ctx: click.Context, message: str) -> None:
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs per node.")
 @click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--gpu-mem", "gpu_mem", callback=_gpu_mem, default=None, metavar="SIZE",
-              help="Memory per GPU the process may use, e.g. 24GiB, 80GB (binary units). Default 80GiB.")
+              help="Memory per GPU the process may use, e.g. 24GiB, 80GB, 80 (= GiB; binary units). Default 80GiB.")
 @click.option("--micro-batch", type=click.IntRange(min=1), default=None,
               help="Micro-batch per GPU (default: ds_config's train_micro_batch_size_per_gpu, else 1).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True)
@@ -61,7 +68,8 @@ def _fail(ctx: click.Context, message: str) -> None:
 @click.option("--attn", type=click.Choice(["eager", "sdpa", "flash"]), default="sdpa", show_default=True)
 @click.option("--lora-rank", type=click.IntRange(min=1), default=None, help="LoRA rank (q,k,v,o); omit for full fine-tune.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
-              help="Overrides the ds_config's bf16/fp16 (default bf16 without a ds_config).")
+              help="Overrides the ds_config's bf16/fp16 (without either section DeepSpeed trains in fp32; "
+                   "default bf16 without a ds_config).")
 @click.option("--amp/--no-amp", "amp", default=True, show_default=True,
               help="Plain PyTorch only: AMP over an fp32 model, or the model itself in the 16-bit dtype.")
 @click.option("--optimizer-offload", type=_OFFLOAD, default=None, help="Overrides zero_optimization.offload_optimizer.")
@@ -88,7 +96,10 @@ def estimate(ctx: click.Context, model_arg: str, ds_config: Path | None, gpus: i
     }
     try:
         if ds_config is not None:
-            setup = TrainSetup.from_ds_config(load_json_object(ds_config, "ds_config"), **overrides)
+            model, _ = load_ds_config(ds_config)            # the one ds_config reader (hjson, like DeepSpeed)
+            if dtype is None:
+                overrides["dtype"] = model.precision.value
+            setup = TrainSetup.from_ds_config(dict(model.raw), **overrides)
         else:
             if (optimizer_offload or "none") != "none" or (param_offload or "none") != "none":
                 raise click.UsageError("offload needs DeepSpeed: pass --ds-config with a ZeRO stage")

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..errors import InputError
 from . import keys as K
+from .model import parse_ds_config, read_config_text, recommended_bucket
 from .validate import ValidationOutcome, installed_key_tables, validate_with_deepspeed
 
 GB = 1000**3
@@ -89,7 +90,8 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    # finite only: a config read by the stdlib's JSON may hold Infinity/NaN (no size, never a crash)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _did_you_mean(key: str, candidates: Iterable[str]) -> str | None:
@@ -142,21 +144,17 @@ def _stage_of(zero: Mapping[str, Any]) -> int | None:
 
 
 def _model_dtype(cfg: Mapping[str, Any], override: int | None, hf_auto: bool) -> tuple[int, str, bool]:
-    """(bytes per element, name, assumed?) of the dtype DeepSpeed trains in:
-    bf16/fp16 when enabled, fp32 otherwise.  ``"auto"`` is what DeepSpeed
-    drops (so fp32) unless the HF integration fills it, which almost always
-    means 16-bit — assumed, and flagged as such."""
+    """(bytes per element, name, assumed?) of the dtype DeepSpeed trains in,
+    from the typed model (``dsconfig.model``): bf16/fp16 when enabled, fp32
+    otherwise.  ``"auto"`` is what DeepSpeed drops (so fp32) unless the HF
+    integration fills it, which almost always means 16-bit — assumed, and
+    flagged as such."""
     if override is not None:
         return override, {2: "16-bit", 4: "fp32"}.get(override, f"{override}-byte"), False
-    bf16 = cfg.get("bf16", cfg.get("bfloat16"))
-    fp16 = cfg.get("fp16")
-    flags = {name: sec.get("enabled") for name, sec in (("bf16", bf16), ("fp16", fp16)) if isinstance(sec, dict)}
-    for name, flag in flags.items():
-        if flag is True:
-            return 2, name, False
-    if "auto" in flags.values() and hf_auto:
-        return 2, "bf16/fp16", True
-    return 4, "fp32", False
+    precision = parse_ds_config(cfg).precision
+    if precision.auto:
+        return (2, "bf16/fp16", True) if hf_auto else (4, "fp32", False)
+    return (4 if precision.value == "fp32" else 2), precision.value, False
 
 
 def _walk(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -535,7 +533,8 @@ def _value_messages(ref: str, key: str, spec: K.FieldSpec, value: Any) -> Iterat
         yield LintMessage("DSC032", "error", ref, f"stage = {value!r} is not a ZeRO stage",
                           "DeepSpeed rejects it (Input should be 0, 1, 2, 3): the run stops at deepspeed.initialize",
                           "write 0, 1, 2 or 3")
-    elif spec.name == "device" and spec.kind == "enum" and value not in K.OFFLOAD_DEVICES:
+    elif spec.name == "device" and spec.kind == "enum" and not (isinstance(value, str)
+                                                               and value in K.OFFLOAD_DEVICES):
         yield LintMessage("DSC032", "error", ref, f"device = {value!r} is not an offload device",
                           "DeepSpeed rejects it (Input should be 'none', 'cpu' or 'nvme')",
                           'use "cpu", "nvme" (with nvme_path) or "none"')
@@ -548,6 +547,8 @@ def _is_int_text(value: Any) -> bool:
 
 def _hf_pattern(value: float) -> str:
     """Name the HF ``0.9 × hidden²`` formula when the value is exactly that."""
+    if not value > 0 or math.isinf(value):      # negative, NaN or inf: not the formula (found by fuzzing)
+        return ""
     hidden = round(math.sqrt(value / 0.9))
     if hidden > 0 and abs(0.9 * hidden * hidden - value) < 1e-3:
         return f" (0.9 × {hidden}²: HF's old \"auto\" for hidden_size {hidden}, DeepSpeed #6525)"
@@ -679,12 +680,9 @@ _NICE_BUCKETS = (500_000_000, 200_000_000, 100_000_000, 50_000_000, 20_000_000, 
 
 
 def _smaller_bucket(current: int, per_element: int) -> int:
-    """The largest round bucket size below ``current`` whose cost stays under
-    the warning threshold."""
-    for n in _NICE_BUCKETS:
-        if n < current and n * per_element < BUCKET_WARN_BYTES:
-            return n
-    return _NICE_BUCKETS[-1]
+    """The bucket size to suggest: ``dsconfig.model.recommended_bucket``, the
+    same size ``oompost analyze``'s rerun plan uses."""
+    return recommended_bucket(current, per_element)
 
 
 def _grad_buffer_bytes(ctx: LintContext) -> tuple[int, str]:
@@ -872,6 +870,7 @@ class CheckResult:
     world_size: int | None = None
     hf_auto: bool = False
     tables: str = "static"
+    allowed_world_sizes: tuple[int, ...] | None = None     # what the batch keys allow (None: any)
 
     @property
     def errors(self) -> tuple[LintMessage, ...]:
@@ -879,40 +878,27 @@ class CheckResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": "oompost.check/1", "path": self.path, "ok": self.ok, "world_size": self.world_size,
+                "allowed_world_sizes": list(self.allowed_world_sizes) if self.allowed_world_sizes is not None
+                else None,
                 "hf_auto": self.hf_auto, "key_tables": self.tables, "deepspeed": self.validation.to_json(),
                 "messages": [m.to_json() for m in self.messages]}
 
 
 def load_config(path: str | Path) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """Read a ds_config JSON file (``.gz`` too) and list its duplicate keys
-    (dotted), which ``json.load`` silently resolves to the last value.
+    """Read a ds_config file (``.gz`` too) as DeepSpeed does — hjson, so
+    comments and trailing commas are fine — and list its duplicate keys
+    (DeepSpeed refuses them; ``json.load`` silently keeps the last value).
     Raises ``InputError`` with a one-line reason for anything unreadable."""
     p = Path(path)
     try:
         raw = gzip.open(p, "rb").read() if p.suffix == ".gz" else p.read_bytes()
     except FileNotFoundError:
         raise InputError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{p}: is a directory, not a config file") from None
     except (OSError, EOFError) as exc:
-        raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    duplicates: list[str] = []
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        seen: dict[str, Any] = {}
-        for k, v in items:
-            if k in seen:
-                duplicates.append(k)
-            seen[k] = v
-        return seen
-
-    try:
-        data = json.loads(raw.decode("utf-8-sig"), object_pairs_hook=pairs)
-    except UnicodeDecodeError:
-        raise InputError(f"{p}: not a text file") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{p}: a DeepSpeed config must be a JSON object, not {type(data).__name__}")
-    return data, tuple(duplicates)
+        raise InputError(f"{p}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    return read_config_text(raw, str(p))
 
 
 def _duplicate_messages(duplicates: tuple[str, ...]) -> list[LintMessage]:
@@ -995,4 +981,5 @@ def check_config(path_or_dict: str | Path | dict[str, Any], world_size: int | No
     messages.sort(key=_severity_rank)
     return CheckResult(path=path, validation=outcome, messages=tuple(messages),
                        ok=not any(m.severity == "error" for m in messages), world_size=world_size,
-                       hf_auto=hf_auto, tables=(tables or K.static_tables()).source)
+                       hf_auto=hf_auto, tables=(tables or K.static_tables()).source,
+                       allowed_world_sizes=parse_ds_config(cfg).allowed_world_sizes(256))

@@ -94,6 +94,27 @@ class LineParser(Protocol):
         """End of file: flush any pending multi-line construct."""
 
 
+class SentinelParser:
+    """A single-line parser fed only the lines holding one of its ``SENTINELS`` (literal substrings)."""
+
+    SENTINELS: tuple[str, ...] = ()
+    busy = False
+
+    def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
+                 tracebacks: "TracebackTracker | None" = None) -> None:
+        self.path = path
+        self.out = out
+        self.rank_hint = rank_hint
+        self.setup()
+
+    def __init_subclass__(cls, **kw: object) -> None:
+        super().__init_subclass__(**kw)
+        cls.TRIGGER = re.compile("|".join(re.escape(s) for s in cls.SENTINELS))
+
+    def setup(self) -> None:
+        """Per-file state (subclasses)."""
+
+
 class ParserFactory(Protocol):
     def __call__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None,
                  tracebacks: "TracebackTracker") -> LineParser: ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ..sources import LogLine
-from .base import EvidenceBuilder, TracebackTracker, ref
+from .base import SentinelParser, ref
 
 # name -> (sentinels, pattern)
 CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
@@ -58,6 +58,23 @@ _UNIT = {"k": 2**10, "m": 2**20, "g": 2**30}
 _NUMS = re.compile(r"\d+(?:\.\d+)?")
 
 
+# A model's size in its name: "Llama-2-7b-hf", "Qwen2-72B-Instruct", "llama2-7b", "opt-125m", "Qwen2.5-0.5B".
+_FAMILIES = (r"llama|qwen|mistral|mixtral|falcon|bloom|opt|gpt|baichuan|chatglm|glm|internlm|yi|deepseek|gemma|"
+             r"phi|vicuna|pythia|starcoder|codellama|olmo|mpt|neox|bert|t5|whisper|alpaca|moss|aquila|llava|"
+             r"codegen|santacoder|galactica|stablelm|cerebras|dolly|koala|guanaco|wizardlm|orca|zephyr|solar|"
+             r"command|dbrx|jamba|granite|minicpm|skywork|xverse|nemotron")
+MODEL_NAME = re.compile(rf"(?i)(?<![\w.])(?:[\w.-]*/)?(?:{_FAMILIES})[\w.]*?(?:-[\w.]+?)*?[-_](?P<n>\d+(?:\.\d+)?)"
+                        rf"(?P<u>[bBmM])(?![a-zA-Z0-9])")
+
+
+def model_params_from_name(text: str) -> int | None:
+    m = MODEL_NAME.search(text)
+    if m is None:
+        return None
+    n = float(m.group("n")) * (1e9 if m.group("u").lower() == "b" else 1e6)
+    return int(n) if 1e7 <= n <= 2e12 else None
+
+
 def _figure(text: str) -> tuple[str, float] | None:
     m = _FIGURE.search(text)
     if m is None:
@@ -67,6 +84,22 @@ def _figure(text: str) -> tuple[str, float] | None:
     else:
         v = float(m.group("v2"))
     return _NUMS.sub("#", text.strip())[:120], v
+
+
+# How far training had got: tqdm's "312/1000 [", "Epoch 3", "step 1200", "iter: 450", "[Iteration 77]".
+_PROGRESS = re.compile(r"(?P<bar>\d+)/\d+ \[[\d:]|\b[Ee]poch\s*[:\[]?\s*(?P<epoch>\d+)|"
+                       r"\b(?:[Ss]tep|[Ii]ter(?:ation)?|global_step)\s*[:=\[]?\s*(?P<step>\d+)")
+
+
+def progress_of(text: str) -> tuple[int, int]:
+    """(steps, epochs) a progress line shows; (0, 0) when none."""
+    steps = epochs = 0
+    for m in _PROGRESS.finditer(text):
+        if m.group("epoch") is not None:
+            epochs = max(epochs, int(m.group("epoch")))
+        else:
+            steps = max(steps, int(m.group("bar") or m.group("step")))
+    return steps, epochs
 
 
 def growing(values: list[float]) -> bool:
@@ -79,39 +112,72 @@ def growing(values: list[float]) -> bool:
     return values[-1] >= 1.1 * values[0] and ups >= 0.75 * (len(values) - 1)
 
 
-class CueParser:
-    SENTINELS: tuple[str, ...] = tuple(sorted({s for sents, _ in CUES.values() for s in sents}))
-    TRIGGER = re.compile("|".join(re.escape(s) for s in SENTINELS))
+def _literal(words: tuple[str, ...]) -> "re.Pattern[str]":
+    return re.compile("|".join(re.escape(w) for w in words))
 
-    busy = False
 
-    def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
-                 tracebacks: TracebackTracker | None = None) -> None:
-        self.path = path
-        self.out = out
+class CueParser(SentinelParser):
+    SENTINELS: tuple[str, ...] = tuple(sorted({s for sents, _ in CUES.values() for s in sents}
+                                              | {"llama", "Llama", "LLaMA", "qwen", "Qwen", "mistral", "Mistral",
+                                                 "falcon", "bloom", "opt-", "gpt", "GPT", "baichuan", "Baichuan",
+                                                 "chatglm", "ChatGLM", "internlm", "InternLM", "deepseek",
+                                                 "DeepSeek", "gemma", "pythia", "vicuna", "Yi-", "phi-", "Phi-",
+                                                 "step", "Step", "iter", "Iter"}))
+
+    def setup(self) -> None:
         self._counts: dict[str, int] = {}
         self._first: dict[str, LogLine] = {}
         self._series: dict[str, list[float]] = {}
         self._series_ln: dict[str, LogLine] = {}
+        self._model: tuple[int, LogLine] | None = None
+        self._progress: tuple[int, int, LogLine | None] = (0, 0, None)
+        self._pending = {k: (_literal(s), pat) for k, (s, pat) in CUES.items()}
+        self._lines = 0
+        self._readings = 0
+
+    # Cues are about where a run was: the first sighting of each is what matters, so a long log pays
+    # for each pattern only until it is found (and for the memory series only up to a bound).
+    MODEL_NAME_LINES = 20_000
+    SERIES_READINGS = 20_000
 
     def feed(self, ln: LogLine) -> None:
         text = ln.text
-        if ("MiB" in text or "MB" in text or "GB" in text or "GiB" in text or "allocated" in text
+        self._lines += 1
+        if self._model is None and self._lines <= self.MODEL_NAME_LINES and ("b" in text or "B" in text):
+            n = model_params_from_name(text)
+            if n is not None:
+                self._model = (n, ln)
+        if self._readings < self.SERIES_READINGS and (
+                "MiB" in text or "MB" in text or "GB" in text or "GiB" in text or "allocated" in text
                 or "emory" in text) and "Tried to allocate" not in text and "total capacity" not in text:
             fig = _figure(text)
             if fig is not None:
+                self._readings += 1
                 vals = self._series.setdefault(fig[0], [])
-                if len(vals) < 10_000:
-                    vals.append(fig[1])
-                    self._series_ln.setdefault(fig[0], ln)
-        for name, (sents, pat) in CUES.items():
-            if any(s in text for s in sents) and pat.search(text):
-                self._counts[name] = self._counts.get(name, 0) + 1
-                self._first.setdefault(name, ln)
+                vals.append(fig[1])
+                self._series_ln.setdefault(fig[0], ln)
+        p_steps, p_epochs, _ = self._progress
+        if (p_steps < 50 and p_epochs < 2 and ("/" in text or "poch" in text or "tep" in text or "ter" in text)
+                and any(c.isdigit() for c in text)):
+            st, ep = progress_of(text)
+            if st > p_steps or ep > p_epochs:
+                self._progress = (max(st, p_steps), max(ep, p_epochs), ln)
+        pending = self._pending
+        for name in tuple(pending):
+            sents, pat = pending[name]
+            if sents.search(text) and pat.search(text):
+                self._counts[name] = 1
+                self._first[name] = ln
+                del pending[name]
 
     def finish(self) -> None:
         for name, n in self._counts.items():
             self.out.fact(f"cue.{name}", n, ref(self.path, self._first[name]))
+        if self._model is not None:
+            self.out.fact("model.params_from_name", self._model[0], ref(self.path, self._model[1]))
+        steps, epochs, pln = self._progress
+        if pln is not None and (steps >= 50 or epochs >= 2):
+            self.out.fact("cue.long_run", max(steps, epochs), ref(self.path, pln))
         for shape, vals in self._series.items():
             if growing(vals) or (len(vals) == 2 and "MiB / #MiB" in shape and vals[1] >= 1.5 * vals[0] > 0):
                 self.out.fact("cue.memory_growing", len(vals), ref(self.path, self._series_ln[shape]))

@@ -127,7 +127,10 @@ class DeepSpeedLogParser:
         if (mb := BUCKET.match(msg.strip())):
             key = {"Reduce": "reduce_bucket_size", "Allgather": "allgather_bucket_size",
                    "Prefetch": "stage3_prefetch_bucket_size"}[mb.group("which")]
-            self.out.fact(f"deepspeed.{key}", int(float(mb.group("n"))), r())
+            try:
+                self.out.fact(f"deepspeed.{key}", int(float(mb.group("n"))), r())
+            except (ValueError, OverflowError):   # "e", "1.2.3", "1e999": not a size
+                pass
             return
         if (mo := CPU_OFFLOAD.match(msg.strip())):
             self.out.fact("deepspeed.cpu_offload", mo.group("v") == "True", r())

@@ -16,7 +16,7 @@ import re
 
 from ..model import Failure, FailureKind
 from ..sources import LogLine
-from .base import EvidenceBuilder, TracebackTracker, line_rank, ref
+from .base import SentinelParser, line_rank, ref
 
 # (kind, sentinels, pattern)
 PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
@@ -85,6 +85,10 @@ _OOM_SENTINELS = ("trying to allocate", "enough GPU", "out of memory", "Out of m
 _HOSTISH = re.compile(r"can't allocate memory|[Cc]annot allocate memory|DefaultCPUAllocator|CPU", re.I)
 
 
+_OOM_LIT = re.compile("|".join(re.escape(s) for s in _OOM_SENTINELS))
+_COMPILED = tuple((kind, re.compile("|".join(re.escape(s) for s in sents)), pat) for kind, sents, pat in PATTERNS)
+
+
 def _family(kind: FailureKind) -> str:
     if kind.value.startswith("nccl"):
         return "nccl"
@@ -96,17 +100,10 @@ def _family(kind: FailureKind) -> str:
     return kind.value
 
 
-class FailureLineParser:
+class FailureLineParser(SentinelParser):
     SENTINELS: tuple[str, ...] = tuple(sorted({s for _, sents, _ in PATTERNS for s in sents} | set(_OOM_SENTINELS)))
-    TRIGGER = re.compile("|".join(re.escape(s) for s in SENTINELS))
 
-    busy = False
-
-    def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
-                 tracebacks: TracebackTracker | None = None) -> None:
-        self.path = path
-        self.out = out
-        self.rank_hint = rank_hint
+    def setup(self) -> None:
         self._found: list[tuple[FailureKind, LogLine]] = []
         self._oom: LogLine | None = None
 
@@ -114,10 +111,10 @@ class FailureLineParser:
         text = ln.text
         if len(text) > 4000:
             text = text[-4000:]
-        if self._oom is None and any(s in text for s in _OOM_SENTINELS) and _ANY_OOM.search(text):
+        if self._oom is None and _OOM_LIT.search(text) and _ANY_OOM.search(text):
             self._oom = ln
-        for kind, sents, pat in PATTERNS:
-            if any(s in text for s in sents) and pat.search(text):
+        for kind, sents, pat in _COMPILED:
+            if sents.search(text) and pat.search(text):
                 if kind is FailureKind.PYTHON_EXCEPTION and _ANY_OOM.search(text):
                     continue
                 self._found.append((kind, ln))

@@ -250,6 +250,9 @@ def decode_snapshot(raw: Any, path: str = "<memory>", consume: bool = False) -> 
         raise SnapshotError(f"{path}: 'segments' is a {type(raw_segments).__name__}, not a list; {CAPTURE_HINT}")
 
     segments, legacy = _decode_segments(raw_segments, interner, warnings)
+    if fmt == "segments_only" and raw_segments and not segments:
+        raise SnapshotError(f"{path}: a pickled list of {len(raw_segments)} item(s) that are not memory segments, "
+                            f"not a snapshot; {CAPTURE_HINT}")
     if legacy:
         fmt = "legacy_history"
     traces = _decode_traces(raw_traces, interner, warnings, consume) if raw_traces is not None else ()

@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.context import Context
-from ..analysis.whatif import WhatIf, fits, what_if
+from ..analysis.whatif import WhatIf, fits
 from ..classify.base import Cause, Finding
 from ..units import fmt_bytes
-
-MARGIN = 0.90      # predicted peak must stay under this share of the limit
+from .pricing import MARGIN, Pricer
 
 
 @dataclass(frozen=True)
@@ -42,6 +41,15 @@ class RerunPlan:
     notes: tuple[str, ...] = ()
     alternatives: tuple[str, ...] = ()
     breakdown: dict[str, int] = field(default_factory=dict)
+    global_batch: tuple[int | None, int | None] = (None, None)     # per optimizer step, before → after
+    overrides: dict[str, Any] | None = None                          # the priced change (estimator fields)
+    basis: str = "model"                                             # "model" (memory model) | "replay" | ""
+    assumed: tuple[str, ...] = ()                                    # the config a partial plan was priced for
+
+    @property
+    def changes_global_batch(self) -> bool:
+        a, b = self.global_batch
+        return a is not None and b is not None and a != b
 
     def to_json(self) -> dict[str, Any]:
         """DESIGN.md's ``rerun`` object plus what a person needs to trust it."""
@@ -51,7 +59,8 @@ class RerunPlan:
                 "host_bytes": self.host_bytes, "global_batch_kept": self.global_batch_kept,
                 "validated_by_deepspeed": self.validated_by_deepspeed,
                 "validation_errors": list(self.validation_errors), "notes": list(self.notes),
-                "alternatives": list(self.alternatives), "breakdown": dict(self.breakdown)}
+                "alternatives": list(self.alternatives), "breakdown": dict(self.breakdown),
+                "basis": self.basis, "assumed": list(self.assumed), "global_batch": {"before": self.global_batch[0], "after": self.global_batch[1]}}
 
 
 @dataclass
@@ -64,11 +73,15 @@ class _Draft:
     estimate: WhatIf | None = None
     predicted: int | None = None
     alternatives: list[str] = field(default_factory=list)
+    pricer: Pricer = None  # type: ignore[assignment]
+    basis: str = ""                    # "replay" when the predicted peak is an allocator replay's
+    partial_diff: dict[str, Any] = field(default_factory=dict)   # the change, when the config is unknown
+    assumed: tuple[str, ...] = ()      # what the prediction assumed about an unknown config
 
 
-def plan(ctx: Context, primary: Finding) -> RerunPlan | None:
+def plan(ctx: Context, primary: Finding, pricer: Pricer | None = None) -> RerunPlan | None:
     cfg = copy.deepcopy(ctx.setup.ds_config) if ctx.setup.ds_config else None
-    d = _Draft(cfg)
+    d = _Draft(cfg, pricer=pricer or Pricer(ctx))
     cause = primary.cause
     if cause is Cause.FRAGMENTATION:
         _fragmentation(ctx, d)
@@ -103,14 +116,15 @@ def _fragmentation(ctx: Context, d: _Draft) -> None:
         d.env["PYTORCH_CUDA_ALLOC_CONF"] = conf
         d.changes.append(f"PYTORCH_CUDA_ALLOC_CONF={conf} (expandable segments were already on)")
         if ms:
-            d.predicted = ms[0].peak_reserved_bytes
+            d.predicted, d.basis = ms[0].peak_reserved_bytes, "replay"
     else:
         d.env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
         d.changes.append("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: free pages anywhere can serve a request")
         if exp and not exp[0].oom:
-            d.predicted = exp[0].peak_reserved_bytes
-            d.notes.append(f"the allocator replay of the recorded trace fits with a peak of "
-                           f"{fmt_bytes(exp[0].peak_reserved_bytes)} reserved")
+            d.predicted, d.basis = exp[0].peak_reserved_bytes, "replay"
+            d.notes.append("the recorded trace replays without failing under expandable_segments:True (peak "
+                           f"{fmt_bytes(exp[0].peak_reserved_bytes)} reserved); the replay ends where the run "
+                           "died, so what came after is not covered")
     if d.predicted is None and ctx.estimate is not None:
         d.predicted = ctx.estimate.predicted_peak_bytes
         d.notes.append("predicted peak from the memory model (no snapshot to replay)")
@@ -136,7 +150,7 @@ def _batch_search(ctx: Context, d: _Draft, allow_ckpt: bool) -> bool:
     for m, c in cands:
         if (m, c) == (mb, ckpt):
             continue
-        w = what_if(ctx, f"micro-batch {m}" + (" + checkpointing" if c else ""), micro_batch=m, grad_ckpt=c,
+        w = d.pricer.what_if(f"micro-batch {m}" + (" + checkpointing" if c else ""), micro_batch=m, grad_ckpt=c,
                     grad_accum_steps=gas * mb // m if mb % m == 0 else gas * -(-mb // m))
         if w is None:
             break
@@ -157,7 +171,7 @@ def _batch_search(ctx: Context, d: _Draft, allow_ckpt: bool) -> bool:
                        "`oompost estimate`)")
         return bool(d.changes)
     if best is None:
-        w = what_if(ctx, "micro-batch 1 + checkpointing", micro_batch=1, grad_ckpt=True)
+        w = d.pricer.what_if("micro-batch 1 + checkpointing", micro_batch=1, grad_ckpt=True)
         d.notes.append(f"no micro-batch / checkpointing combination fits {int(s.get('seq_len', 0) or 0):,}-token "
                        "sequences" + (f" (micro-batch 1 with checkpointing: {fmt_bytes(w.peak)})" if w else ""))
         if _seq_cap(ctx, d, mb, gas, ckpt):
@@ -184,7 +198,7 @@ def _seq_cap(ctx: Context, d: _Draft, mb: int, gas: int, ckpt: bool) -> bool:
     while cap >= 256:
         for m in _halvings(mb):
             for c in (True,):
-                w = what_if(ctx, f"max_seq_length {cap}", seq_len=cap, micro_batch=m, grad_ckpt=c,
+                w = d.pricer.what_if(f"max_seq_length {cap}", seq_len=cap, micro_batch=m, grad_ckpt=c,
                             grad_accum_steps=gas * mb // m if mb % m == 0 else gas * -(-mb // m))
                 if w is not None and fits(w, ctx.limit_bytes, MARGIN):
                     if m != mb:
@@ -207,11 +221,16 @@ def _buckets(ctx: Context, d: _Draft) -> bool:
         return False
     zero = d.cfg.setdefault("zero_optimization", {})
     changed = False
+    from ..dsconfig.model import DEFAULT_BUCKET, recommended_bucket
+
+    elem = 4 if ctx.setup.dtype == "fp32" else 2
     for key in ("reduce_bucket_size", "allgather_bucket_size"):
         v = zero.get(key)
-        if isinstance(v, (int, float)) and v > 5e8:
-            zero[key] = 500_000_000
-            d.changes.append(f"zero_optimization.{key}: {v:.0e} → 5e8 (DeepSpeed's default)")
+        if isinstance(v, (int, float)) and v > DEFAULT_BUCKET:
+            new = recommended_bucket(int(v), elem * 2)          # the size `oompost check` suggests too
+            zero[key] = new
+            d.changes.append(f"zero_optimization.{key}: {_num(v)} → {_num(new)} (DeepSpeed's default; "
+                             "`oompost check` suggests the same)")
             changed = True
     if ctx.phase.phase.value == "zero3_gather":
         for key, div in (("stage3_max_live_parameters", 4), ("stage3_prefetch_bucket_size", 2)):
@@ -221,13 +240,14 @@ def _buckets(ctx: Context, d: _Draft) -> bool:
                 d.changes.append(f"zero_optimization.{key}: {int(v):,} → {int(v) // div:,}")
                 changed = True
     if not changed:
-        v = zero.get("reduce_bucket_size", 500_000_000)
+        v = zero.get("reduce_bucket_size", DEFAULT_BUCKET)
         if isinstance(v, (int, float)):
-            zero["reduce_bucket_size"] = int(v) // 4
-            d.changes.append(f"zero_optimization.reduce_bucket_size: {int(v):,} → {int(v) // 4:,}")
+            new = recommended_bucket(int(v), elem * 2)
+            zero["reduce_bucket_size"] = new
+            d.changes.append(f"zero_optimization.reduce_bucket_size: {_num(v)} → {_num(new)}")
             changed = True
     over = {"reduce_bucket_size": int(zero.get("reduce_bucket_size", 500_000_000))}
-    w = what_if(ctx, "smaller buckets", **over)
+    w = d.pricer.what_if("smaller buckets", **over)
     if w is not None:
         d.estimate = w
         if not fits(w, ctx.limit_bytes, MARGIN):
@@ -254,7 +274,7 @@ def _capacity(ctx: Context, d: _Draft) -> bool:
     chosen = None
     for label, over in cands:
         for extra in ({}, {"grad_ckpt": True}):
-            w = what_if(ctx, label, **over, **extra)
+            w = d.pricer.what_if(label, **over, **extra)
             if w is not None and fits(w, L, MARGIN):
                 chosen = (label, {**over, **extra}, w)
                 break
@@ -264,11 +284,11 @@ def _capacity(ctx: Context, d: _Draft) -> bool:
         # with the model states off the GPU, find the batch that fits
         label, over = cands[-1]
         for m in _halvings(int(s.get("micro_batch", 1) or 1)):
-            w = what_if(ctx, label, **over, micro_batch=m, grad_ckpt=True)
+            w = d.pricer.what_if(label, **over, micro_batch=m, grad_ckpt=True)
             if w is not None and fits(w, L, MARGIN):
                 chosen = (label + f", micro-batch {m}", {**over, "micro_batch": m, "grad_ckpt": True}, w)
                 break
-    lora = what_if(ctx, "LoRA r=16 + checkpointing", lora_rank=16, grad_ckpt=True)
+    lora = d.pricer.what_if("LoRA r=16 + checkpointing", lora_rank=16, grad_ckpt=True)
     if lora is not None:
         d.alternatives.append(f"LoRA (r=16) with checkpointing instead: predicted {fmt_bytes(lora.peak)}, no "
                               "host RAM for offload, but it trains adapters rather than the full model")
@@ -305,9 +325,28 @@ def _capacity(ctx: Context, d: _Draft) -> bool:
             if "offload_param" in zero and zero.get("stage", stage) < 3:
                 zero.pop("offload_param")
                 d.changes.append("zero_optimization.offload_param removed (ignored below stage 3)")
+    elif s.deepspeed:
+        # a DeepSpeed run whose config is not in the inputs: the plan is the minimal diff, priced for the
+        # configuration the inputs show (and said to be assumed where they do not show it)
+        zdiff: dict[str, Any] = {}
+        if over.get("zero_stage") is not None and over["zero_stage"] != stage:
+            zdiff["stage"] = over["zero_stage"]
+            d.changes.append(f"zero_optimization.stage: {stage if s.get('zero_stage') is not None else '?'} → "
+                             f"{over['zero_stage']}")
+        for what in ("optimizer", "param"):
+            if over.get(f"offload_{what}") == "cpu" and getattr(s, f"offload_{what}") == "none":
+                zdiff[f"offload_{what}"] = {"device": "cpu", "pin_memory": True}
+                d.changes.append(f"zero_optimization.offload_{what}: cpu (pinned)")
+        d.partial_diff = {"zero_optimization": zdiff} if zdiff else {}
+        d.assumed = _assumed(ctx)
+        d.notes.append("the run's ds_config is not in the inputs (give it with --ds-config, or put it in the job "
+                       "directory): apply this diff to it; the prediction assumes " + "; ".join(d.assumed))
     else:
         d.notes.append("the run did not use DeepSpeed: these are DeepSpeed settings to adopt")
         d.cfg = _minimal_ds_config(ctx, over)
+        d.changes.append(f"adopt DeepSpeed ZeRO-{over.get('zero_stage', 2)}"
+                         + ("".join(f", offload_{w}=cpu" for w in ("optimizer", "param")
+                                    if over.get(f"offload_{w}") == "cpu")))
     if "micro_batch" in over:
         mb = int(s.get("micro_batch", 1) or 1)
         gas = int(s.get("grad_accum", 1) or 1)
@@ -325,6 +364,9 @@ def _config(ctx: Context, primary: Finding, d: _Draft) -> bool:
     changed = False
     for fx in primary.fixes:
         if fx.kind != "ds_config" or not isinstance(fx.value, (int, float)) or isinstance(fx.value, bool):
+            continue
+        if fx.key == "train_batch_size" and _keep_global_batch(ctx, d):
+            changed = True
             continue
         path = fx.key.split(".")
         node = d.cfg
@@ -351,8 +393,45 @@ def _config(ctx: Context, primary: Finding, d: _Draft) -> bool:
                     changed = True
     except Exception:  # the lint is optional help here
         pass
-    d.estimate = what_if(ctx, "as configured")
+    d.estimate = d.pricer.what_if("as configured")
     return changed
+
+
+def _keep_global_batch(ctx: Context, d: _Draft) -> bool:
+    """A train_batch_size that disagrees with micro-batch × accumulation × GPUs: keep the
+    user's global batch and change the accumulation when it divides evenly."""
+    assert d.cfg is not None
+    tbs, mb = _int(d.cfg.get("train_batch_size")), _int(d.cfg.get("train_micro_batch_size_per_gpu"))
+    ws_known = ctx.setup.get("world_size") is not None
+    ws = int(ctx.setup.get("world_size", 1) or 1)
+    if not tbs or not mb or tbs % (mb * ws):
+        return False
+    old = d.cfg.get("gradient_accumulation_steps")
+    gas = tbs // (mb * ws)
+    d.cfg["gradient_accumulation_steps"] = gas
+    d.changes.append(f"gradient_accumulation_steps: {old!r} → {gas} (keeps train_batch_size {tbs} = {mb} × {gas} × "
+                     f"{ws} GPU{'s' if ws != 1 else ''})")
+    if not ws_known:
+        d.notes.append("the world size is not in the inputs: 1 GPU assumed; with N GPUs use "
+                       f"gradient_accumulation_steps = {tbs} / ({mb} × N)")
+    d.alternatives.append(f"train_batch_size={mb * (_int(old) or 1) * ws} instead keeps the accumulation but changes "
+                          "the global batch (and the learning-rate schedule it was tuned for)")
+    return True
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v <= 0:
+        return None
+    return int(v)
+
+
+def _global_batch(cfg: dict[str, Any] | None, micro: Any, gas: Any, ws: int) -> int | None:
+    if cfg is not None and _int(cfg.get("train_batch_size")):
+        return _int(cfg["train_batch_size"])
+    m = _int(cfg.get("train_micro_batch_size_per_gpu")) if cfg else None
+    g = _int(cfg.get("gradient_accumulation_steps")) if cfg else None
+    m, g = _int(micro) or m, _int(gas) or g
+    return m * g * ws if m and g else None
 
 
 def _host(ctx: Context, d: _Draft) -> bool:
@@ -360,7 +439,7 @@ def _host(ctx: Context, d: _Draft) -> bool:
     if d.cfg is None or (s.offload_optimizer == "none" and s.offload_param == "none"):
         return False
     zero = d.cfg.setdefault("zero_optimization", {})
-    w = what_if(ctx, "no offload", offload_optimizer="none", offload_param="none")
+    w = d.pricer.what_if("no offload", offload_optimizer="none", offload_param="none")
     if w is not None and fits(w, ctx.limit_bytes, MARGIN):
         zero.pop("offload_optimizer", None)
         zero.pop("offload_param", None)
@@ -374,11 +453,30 @@ def _host(ctx: Context, d: _Draft) -> bool:
     d.changes.append("offload pin_memory: false (pageable buffers; same RAM, fewer locked pages)")
     d.notes.append("the model states do not fit on the GPU without offload: the job needs more host RAM, "
                    "NVMe offload (device: nvme, nvme_path) or more nodes")
-    d.estimate = what_if(ctx, "as configured")
+    d.estimate = d.pricer.what_if("as configured")
     return True
 
 
 # ------------------------------------------------------------------ helpers
+
+def _assumed(ctx: Context) -> tuple[str, ...]:
+    """The configuration a prediction was made for, each value with where it came from."""
+    s = ctx.setup
+    out = []
+    for label, name, default in (("ZeRO stage", "zero_stage", 0), ("micro-batch", "micro_batch", 1),
+                                 ("gradient accumulation", "grad_accum", 1), ("world size", "world_size", 1),
+                                 ("sequence length", "seq_len", 1024)):
+        v = s.get(name)
+        out.append(f"{label} {v} (from the log)" if v is not None else f"{label} {default} (assumed)")
+    out.append(f"offload optimizer={s.offload_optimizer}, param={s.offload_param} (from the log, else none)")
+    out.append(f"{s.dtype}" + (" (from the log)" if ctx.evidence.fact_value("deepspeed.dtype") else " (assumed)"))
+    return tuple(out)
+
+
+def _num(v: Any) -> str:
+    """5e8 as '500,000,000' (what the config and `oompost check` show)."""
+    return f"{int(v):,}" if isinstance(v, (int, float)) and float(v).is_integer() else repr(v)
+
 
 def _halvings(mb: int) -> list[int]:
     out = [mb]
@@ -442,7 +540,7 @@ def _diff(old: Any, new: Any) -> Any:
 
 def _finish(ctx: Context, d: _Draft) -> RerunPlan:
     old = ctx.setup.ds_config or {}
-    diff = _diff(old, d.cfg) if d.cfg is not None else {}
+    diff = _diff(old, d.cfg) if d.cfg is not None else dict(d.partial_diff)
     validated = None
     errors: tuple[str, ...] = ()
     if d.cfg is not None:
@@ -460,14 +558,20 @@ def _finish(ctx: Context, d: _Draft) -> RerunPlan:
             errors = (f"validation unavailable: {type(e).__name__}",)
     est = d.estimate.estimate if d.estimate is not None else None
     predicted = d.predicted if d.predicted is not None else (est.predicted_peak_bytes if est else None)
-    mb0 = int(ctx.setup.get("micro_batch", 1) or 1) * int(ctx.setup.get("grad_accum", 1) or 1)
-    mb1 = int(d.args.get("per_device_train_batch_size", ctx.setup.get("micro_batch", 1) or 1)) * int(
-        d.args.get("gradient_accumulation_steps", ctx.setup.get("grad_accum", 1) or 1))
+    ws = int(ctx.setup.get("world_size", 1) or 1)
+    gb0 = _global_batch(ctx.setup.ds_config, ctx.setup.get("micro_batch"), ctx.setup.get("grad_accum"), ws)
+    gb1 = _global_batch(d.cfg, d.args.get("per_device_train_batch_size", ctx.setup.get("micro_batch")),
+                        d.args.get("gradient_accumulation_steps", ctx.setup.get("grad_accum")), ws)
+    if d.cfg is not None and ctx.setup.ds_config and _int(d.cfg.get("train_batch_size")):
+        gb1 = _int(d.cfg.get("train_batch_size"))
     L = ctx.limit_bytes
     return RerunPlan(
         ds_config=d.cfg, ds_config_diff=diff, env=d.env, trainer_args=d.args, predicted_peak_bytes=predicted,
         device_bytes=L, changes=tuple(d.changes),
         fits=(predicted <= MARGIN * L) if predicted is not None and L else None,
-        host_bytes=est.host_bytes if est else None, global_batch_kept=round(mb1 / mb0, 3) if mb0 else None,
+        host_bytes=est.host_bytes if est else None,
+        global_batch_kept=round(gb1 / gb0, 3) if gb0 and gb1 else None, global_batch=(gb0, gb1),
+        overrides=dict(d.estimate.overrides) if d.estimate is not None else None,
+        basis=d.basis or ("model" if predicted is not None else ""), assumed=tuple(d.assumed),
         validated_by_deepspeed=validated, validation_errors=errors, notes=tuple(d.notes),
         alternatives=tuple(d.alternatives), breakdown=dict(est.breakdown) if est else {})

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..units import GiB, fmt_bytes
@@ -20,6 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import jinja2
 
     from ..classify.base import Finding, Fix, NotAFix
+    from ..remedies.ranking import RankedFix
     from ..report import OomSummary, Report, RerunView
 
 # Words shown next to the code.  The code stays the machine-readable name.
@@ -59,13 +59,18 @@ def gib(n: int | float | None) -> str:
 
 
 def clip(text: Any, limit: int) -> str:
-    """One line, at most ``limit`` characters, with an ellipsis saying so."""
+    """One line, at most ``limit`` characters, with an ellipsis saying so; cut
+    at a word boundary when one is near."""
     s = str(text)
     if "\n" in s or "\r" in s:
         s = " ".join(s.split())
     if len(s) <= limit:
         return s
-    return s[: max(0, limit - 1)] + "…"
+    cut = s[: max(0, limit - 1)]
+    space = cut.rfind(" ")
+    if space >= limit * 0.6:
+        cut = cut[:space].rstrip(" ,;:—-")
+    return cut + "…"
 
 
 def fix_value(value: Any) -> str:
@@ -90,43 +95,40 @@ def trainer_arg_words(rerun: "RerunView") -> list[str]:
     return [f"--{k} {shlex.quote(fix_value(v))}" for k, v in rerun.trainer_args.items()]
 
 
-@dataclass(frozen=True, slots=True)
-class RankedFix:
-    fix: "Fix"
-    finding: "Finding"
-    rank: int
+def ranked_fixes(report: "Report") -> list["RankedFix"]:
+    """The report's one fix list (``remedies.ranking``: the rerun plan first,
+    priced, nothing that is also "not worth trying").  A hand-built Report
+    without that list gets the primary finding's fixes, unpriced."""
+    from ..remedies.ranking import RankedFix
 
-
-def ranked_fixes(report: "Report") -> list[RankedFix]:
-    """The primary finding's fixes in its order, then the other cause findings'
-    by confidence, then advice; the same (kind, key, value) only once."""
-    from ..classify.base import Severity
-
-    def order(f: "Finding") -> tuple[int, int, float]:
-        return (0 if f.primary else 1, 0 if f.severity is Severity.CAUSE else 1, -f.confidence)
-
-    seen: set[tuple[str, str, str]] = set()
-    out: list[RankedFix] = []
-    for f in sorted(report.findings, key=order):
-        for x in f.fixes:
-            k = (x.kind, x.key, fix_value(x.value))
-            if k in seen:
-                continue
-            seen.add(k)
-            out.append(RankedFix(x, f, len(out) + 1))
-    return out
+    if report.fixes:
+        return list(report.fixes)
+    primary = report.primary
+    return [RankedFix(i + 1, x, primary, x.why) for i, x in enumerate(primary.fixes if primary else ())]
 
 
 def not_fixes(report: "Report") -> list["NotAFix"]:
-    """Advice that does not address this cause: the primary finding's first."""
-    seen: set[str] = set()
-    out: list[NotAFix] = []
-    for f in sorted(report.findings, key=lambda f: (not f.primary, -f.confidence)):
-        for n in f.not_fixes:
-            if n.what not in seen:
-                seen.add(n.what)
-                out.append(n)
-    return out
+    """Advice that does not address this cause (never also a fix)."""
+    if report.fixes or report.not_worth:
+        return list(report.not_worth)
+    primary = report.primary
+    return list(primary.not_fixes) if primary else []
+
+
+def whatif_caveat(report: "Report") -> str:
+    """When a replay gets past the OOM but the verdict is that the run cannot fit,
+    say why the two do not contradict each other."""
+    if report.cause not in ("capacity", "leak") or not any(not c.oom for c in report.counterfactuals):
+        return ""
+    est = report.estimate or {}
+    peak = est.get("predicted_peak_bytes")
+    limit = report.oom.limit_bytes if report.oom else None
+    tail = (f" (the memory model puts the configured run at {gib(peak)} against {gib(limit)})"
+            if isinstance(peak, int) and limit else "")
+    what = "the run needs more memory than the limit" if report.cause == "capacity" else \
+        "memory keeps growing every step"
+    return (f"The verdict does not rest on these replays: {what}{tail}. A setting that gets the recorded trace past "
+            "the failing allocation only moves the OOM to a later one, so none of them is proposed as a fix.")
 
 
 def secondary_findings(report: "Report") -> list["Finding"]:

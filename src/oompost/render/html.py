@@ -18,7 +18,7 @@ import orjson
 from markupsafe import Markup
 
 from . import (asset_source, cause_title, env_lines, environment, gib, limit_label, not_fixes, oom_numbers,
-               ranked_fixes, secondary_findings, trainer_arg_words)
+               ranked_fixes, secondary_findings, trainer_arg_words, whatif_caveat)
 from .json_out import report_data
 from ..units import GiB, fmt_bytes
 
@@ -352,12 +352,10 @@ _BLOCK_WORDS = {"free": "free block", "pending": "pending free", "alloc": "alloc
 def segment_map(report: "Report") -> Chart | None:
     """One row per segment, widths proportional to size, free blocks (holes)
     outlined so a hole of any size stays visible."""
-    segs = [s for s in report.segments if s.total_size > 0][:MAX_SEGMENTS]
+    segs = [s for s in report.segments if s.total_size > 0]
     if not segs:
         return None
-    notes = []
-    if len(report.segments) > len(segs):
-        notes.append(f"… {len(report.segments) - len(segs)} more segment(s) not drawn.")
+    notes: list[str] = []
     biggest = max(s.total_size for s in segs)
     request = report.oom.requested_bytes if report.oom and report.oom.requested_bytes else None
     rows: list[Markup] = []
@@ -372,10 +370,22 @@ def segment_map(report: "Report") -> Chart | None:
                         _tag('<rect class="seg-req" x="0" y="0" width="1000" height="10" '
                              'vector-effect="non-scaling-stroke"><title>the request: {}</title></rect>', gib(request)),
                         " req"))
-    for s in segs:
+    groups: list[tuple["SegmentView", list[tuple[int, int, str]], int]] = []
+    for s in segs:                       # identical segments (size, type, layout) are drawn once, counted
         blocks = _coalesce(s)
+        if groups and groups[-1][0].total_size == s.total_size and groups[-1][0].segment_type == s.segment_type \
+                and groups[-1][1] == blocks:
+            groups[-1] = (groups[-1][0], blocks, groups[-1][2] + 1)
+        else:
+            groups.append((s, blocks, 1))
+    shown = groups[:MAX_SEGMENTS]
+    left = sum(c for _, _, c in groups[MAX_SEGMENTS:]) + len(report.segments) - len(segs)
+    if left:
+        notes.append(f"… {left} more segment(s) not drawn.")
+    for s, blocks, count in shown:
         free = [sz for _, sz, st in blocks if st == "free"]
-        text = f"{fmt_bytes(s.total_size)} {s.segment_type} segment"
+        text = (f"{count} × " if count > 1 else "") + f"{fmt_bytes(s.total_size)} {s.segment_type} segment" + \
+            ("s, each with the same layout" if count > 1 else "")
         if free:
             text += f" · {len(free)} hole{'s' if len(free) != 1 else ''}, {fmt_bytes(sum(free))} free, " \
                     f"largest {fmt_bytes(max(free))}"
@@ -398,12 +408,18 @@ def segment_map(report: "Report") -> Chart | None:
 # ------------------------------------------------------------------ page
 
 
-def _estimate_rows(est: dict[str, Any] | None) -> list[tuple[str, int, float]]:
-    if not est or not isinstance(est.get("breakdown"), dict):
-        return []
-    items = [(str(k), int(v)) for k, v in est["breakdown"].items() if isinstance(v, (int, float))]
-    total = max(sum(v for _, v in items), 1)
-    return [(k, v, v / total * 100) for k, v in items]
+def _estimate_rows(report: "Report") -> tuple[list[tuple[str, int, float, float]], int, float | None]:
+    """(part, bytes, share of the peak, bar width) — parts that add up to the
+    predicted peak — plus the total and where the limit falls on the bar (%)."""
+    parts = list(report.estimate_parts)
+    if not parts:
+        return [], 0, None
+    total = sum(v for _, v in parts)
+    limit = report.oom.limit_bytes if report.oom and report.oom.limit_bytes else (
+        report.rerun.device_bytes if report.rerun and report.rerun.device_bytes else None)
+    span = max(total, limit or 0, 1)
+    rows = [(k.replace("_", " "), v, v / max(total, 1) * 100, v / span * 100) for k, v in parts]
+    return rows, total, (limit / span * 100 if limit else None)
 
 
 def _context(report: "Report") -> dict[str, Any]:
@@ -434,6 +450,7 @@ def _context(report: "Report") -> dict[str, Any]:
     if est:
         sections.append(("estimate", "Estimate"))
     sections.append(("inputs", "Inputs"))
+    est_rows, est_total, est_limit_pct = _estimate_rows(report)
     peak_pct = None
     if rr and rr.predicted_peak_bytes and rr.device_bytes:
         peak_pct = rr.predicted_peak_bytes / rr.device_bytes * 100
@@ -450,7 +467,12 @@ def _context(report: "Report") -> dict[str, Any]:
         "ds_config_text": _pretty(rr.ds_config) if rr and rr.ds_config is not None else "",
         "ds_diff_text": _pretty(rr.ds_config_diff) if rr and rr.ds_config_diff else "",
         "env_text": env_text, "args_text": " \\\n  ".join(args),
-        "peak_pct": peak_pct, "est": est, "est_rows": _estimate_rows(est),
+        "peak_pct": peak_pct, "est": est, "est_rows": est_rows, "est_total": est_total,
+        "est_limit_pct": est_limit_pct, "est_phase": report.estimate_peak_phase or "step",
+        "est_limit": (report.oom.limit_bytes if report.oom and report.oom.limit_bytes else
+                      (rr.device_bytes if rr else None)),
+        "plan_fix": next((x for x in ranked_fixes(report) if x.plan), None),
+        "whatif_caveat": whatif_caveat(report),
         "est_assumptions": [str(a) for a in est.get("assumptions", [])] if est else [],
         "est_headline": [(label, est.get(key)) for label, key in (
             ("predicted peak", "predicted_peak_bytes"), ("start-up peak", "startup_peak_bytes"),

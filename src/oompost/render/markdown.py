@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from . import (cause_title, clip, env_lines, environment, limit_label, not_fixes, oom_numbers, ranked_fixes,
-               secondary_findings, trainer_arg_words)
+               secondary_findings, trainer_arg_words, whatif_caveat)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..report import Report
@@ -163,6 +163,7 @@ def _context(report: "Report", b: Budget) -> dict[str, Any]:
         "nots": nots, "nots_more": nots_more, "ranks": ranks if len(report.ranks) > 1 else [],
         "ranks_more": ranks_more, "inputs": inputs, "inputs_more": inputs_more, "warnings": warnings,
         "warnings_more": warnings_more, "facts": facts, "facts_more": facts_more, "cfs": cfs, "cfs_more": cfs_more,
+        "whatif_caveat": whatif_caveat(report),
         "rerun": rerun, "oom_rows": oom_numbers(report.oom), "limit_label": limit_label(report.oom),
     }
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from . import cause_title, clip, fix_value, gib, limit_label, ranked_fixes
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..report import Report
+    from ..remedies.ranking import RankedFix
+    from ..report import Report, RerunView
 
 WIDTH = 160
 
@@ -37,21 +38,40 @@ def short_verdict(report: "Report") -> str:
         if parts:
             lines.append("  OOM: " + clip(", ".join(parts), WIDTH))
     fixes = ranked_fixes(report)
+    rr = report.rerun
     if fixes:
-        x = fixes[0].fix
-        value = fix_value(x.value)
-        setting = f"{x.key}={value}" if value and value != "null" and x.kind in ("env", "ds_config", "trainer_arg") \
-            else x.key
-        lines.append("  Top fix: " + clip(f"[{x.kind}] {setting} — {x.why}", WIDTH))
+        top = fixes[0]
+        if top.plan and rr is not None:
+            lines.append("  Top fix: the rerun plan — " + clip("; ".join(rr.changes) or "see the report", WIDTH))
+            lines.append("  Rerun: " + clip(_plan_outcome(top, rr), WIDTH))
+        else:
+            x = top.fix
+            value = fix_value(x.value)
+            setting = f"{x.key}={value}" if value and value != "null" and x.kind in ("env", "ds_config",
+                                                                                      "trainer_arg") else x.key
+            tail = f" ({top.note})" if top.note else ""
+            lines.append("  Top fix: " + clip(f"[{x.kind}] {setting} — {top.why}{tail}", WIDTH))
     else:
         lines.append("  Top fix: none proposed")
-    rr = report.rerun
-    if rr is not None and (rr.predicted_peak_bytes or rr.changes):
-        fits = {True: "fits", False: "does NOT fit", None: "unverified"}[rr.fits]
-        peak = (f"predicted peak {gib(rr.predicted_peak_bytes)} of {gib(rr.device_bytes)} ({fits})"
+    if rr is not None and (rr.predicted_peak_bytes or rr.changes) and not (fixes and fixes[0].plan):
+        change = rr.changes[0] if rr.changes else ""
+        peak = (f"predicted peak {gib(rr.predicted_peak_bytes)} of {gib(rr.device_bytes)}"
                 if rr.predicted_peak_bytes else "")
-        change = clip(rr.changes[0], 90) if rr.changes else ""
         lines.append("  Rerun: " + clip("; ".join(p for p in (change, peak) if p), WIDTH))
     if report.redacted:
         lines.append("  (redacted: hosts, addresses, user names and tokens replaced)")
     return "\n".join(lines[:8])
+
+
+def _plan_outcome(top: "RankedFix", rr: "RerunView") -> str:
+    if top.basis == "replay":
+        return top.note
+    if rr.predicted_peak_bytes and rr.device_bytes:
+        words = {"fits": "fits", "tight": "within 10 % of the limit", "too_large": "still too large"}.get(
+            top.verdict, "unverified")
+        s = f"predicted peak {gib(rr.predicted_peak_bytes)} of {gib(rr.device_bytes)} ({words})"
+    else:
+        s = top.note or "not priced"
+    if rr.changes_global_batch:
+        s += f"; global batch {rr.global_batch[0]} → {rr.global_batch[1]}"
+    return s

@@ -1,0 +1,102 @@
+"""One price per configuration: the memory model's peak for a change to the run.
+
+Every number the report prints for a change (a ranked fix, the rerun plan,
+an alternative) comes from ``Pricer.what_if``: the change is resolved into the
+estimator's ``TrainSetup`` first, and one ``TrainSetup`` has one estimate (a
+cache keyed by it), so two descriptions of the same configuration can never
+carry two predictions.  The estimator is called only through its public
+``estimate()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..analysis.context import Context, make_train_setup
+from ..analysis.whatif import WhatIf
+from ..estimate.memory import Estimate, TrainSetup, estimate
+
+MARGIN = 0.90          # a plan must stay under this share of the limit ("fits")
+HEADROOM_WARN = 0.02   # a replay that ends less than 2 % under the limit is flagged
+
+
+@dataclass
+class Pricer:
+    """Memoised what-if estimates for one analysis context."""
+
+    ctx: Context
+    _cache: dict[Any, Estimate | None] = field(default_factory=dict)
+
+    def setup(self, **overrides: Any) -> TrainSetup | None:
+        try:
+            return make_train_setup(self.ctx.setup, **overrides)
+        except (TypeError, ValueError):
+            return None
+
+    def what_if(self, label: str, **overrides: Any) -> WhatIf | None:
+        if self.ctx.spec is None:
+            return None
+        ts = self.setup(**overrides)
+        if ts is None:
+            return None
+        key = _key(ts)
+        if key not in self._cache:
+            try:
+                self._cache[key] = estimate(self.ctx.spec, ts, device_bytes=self.ctx.limit_bytes)
+            except (TypeError, ValueError):
+                self._cache[key] = None
+        est = self._cache[key]
+        return None if est is None else WhatIf(label, dict(overrides), est)
+
+    def same_config(self, a: dict[str, Any], b: dict[str, Any]) -> bool:
+        """Whether two override sets describe one configuration."""
+        ta, tb = self.setup(**a), self.setup(**b)
+        return ta is not None and tb is not None and _key(ta) == _key(tb)
+
+
+def _key(ts: TrainSetup) -> Any:
+    # notes and auto_keys describe how the setup was read, not what runs
+    from dataclasses import fields
+
+    return tuple((f.name, getattr(ts, f.name)) for f in fields(ts) if f.name not in ("notes", "auto_keys"))
+
+
+def verdict(peak: int | None, limit: int | None) -> str:
+    """'fits' (under MARGIN of the limit), 'tight' (under the limit), 'too_large', or '' (not priced)."""
+    if peak is None or not limit:
+        return ""
+    if peak <= MARGIN * limit:
+        return "fits"
+    if peak <= limit:
+        return "tight"
+    return "too_large"
+
+
+# Where the memory model was measured (docs/estimator_accuracy.md, README "Limits").
+MEASURED_FAMILIES = ("llama",)                   # Llama / Qwen-family decoders
+MEASURED_DEEPSPEED = "0.19"
+MEASURED_TORCH = ("2.11",)
+
+
+def uncertainty(ctx: Context) -> tuple[float, str]:
+    """(relative uncertainty, why) of a predicted peak for this run: 0 inside the
+    measured range, wider outside it (another architecture, another DeepSpeed or
+    torch release).  The widths are judgement, stated as such, not measurements."""
+    why: list[str] = []
+    width = 0.0
+    spec = ctx.spec
+    if spec is not None and getattr(spec, "family", "llama") not in MEASURED_FAMILIES:
+        why.append(f"a {spec.family} model (measured: Llama/Qwen-family)")
+        width = max(width, 0.20)
+    ds = ctx.setup.deepspeed_version
+    if ctx.setup.deepspeed and ds and not ds.startswith(MEASURED_DEEPSPEED):
+        why.append(f"DeepSpeed {ds} (measured: {MEASURED_DEEPSPEED}.x)")
+        width = max(width, 0.10)
+    tv = ctx.setup.torch_version
+    if tv and not tv.startswith(MEASURED_TORCH):
+        why.append(f"torch {tv.split('+')[0]} (measured: {', '.join(MEASURED_TORCH)})")
+        width = max(width, 0.05)
+    if not why:
+        return 0.0, ""
+    return width, (f"±{width:.0%}: outside the memory model's measured range (" + "; ".join(why) + ")")
