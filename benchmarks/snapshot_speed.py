@@ -20,7 +20,9 @@ peak of forked replay processes counts, as the largest of the tree):
 * with ``--memory-viz``: ``python -m torch.cuda._memory_viz stats`` (torch's
   own tool; it uses plain ``pickle.load``, fine on a file we just made).
 
-Ratios are against the reference of the same size in the same run.
+Ratios are against the reference of the same size in the same run; CPU
+seconds (user + system of the process tree, from ``wait4``) are printed too,
+because wall time on a shared 2-core machine moves with everyone else's load.
 Targets (issue 8): analyze ≤ 1.0× the reference in time and ≤ 1.1× in peak RSS.
 """
 
@@ -47,8 +49,12 @@ DECODE = ("import sys\nfrom oompost.parsers.snapshot import load_snapshot\n"
           "s = load_snapshot(sys.argv[1])\nprint(sum(len(t) for t in s.traces))\n")
 
 
+CPU: dict[float, float] = {}       # wall → CPU seconds of the same run (user + system, the process tree)
+
+
 def measure_rss(cmd: list[str]) -> tuple[float, float, str]:
-    """Like ``measure`` but reaps the child itself so that wait4 reports its peak RSS."""
+    """Wall seconds, peak RSS (MiB) and stdout of ``cmd``; reaps the child itself so
+    that wait4 reports its peak RSS and CPU time (kept in ``CPU``)."""
     t = time.perf_counter()
     p = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out = p.stdout.read() if p.stdout else b""
@@ -58,6 +64,7 @@ def measure_rss(cmd: list[str]) -> tuple[float, float, str]:
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode:
         raise SystemExit(f"{' '.join(map(str, cmd[:4]))}… failed ({p.returncode}): {err.decode()[-500:]}")
+    CPU[wall] = ru.ru_utime + ru.ru_stime
     return wall, ru.ru_maxrss / 1024, out.decode()
 
 
@@ -108,9 +115,13 @@ def main() -> int:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
     print()
-    print(f"{'snapshot':28s} {'run':44s} {'wall s':>8s} {'peak MiB':>9s} {'× time':>7s} {'× RSS':>6s}")
+    print(f"{'snapshot':28s} {'run':44s} {'wall s':>8s} {'CPU s':>7s} {'peak MiB':>9s} {'× time':>7s} {'× CPU':>6s} "
+          f"{'× RSS':>6s}")
+    ref_cpu = 1.0
     for label, name, t, m, rt, rm in rows:
-        print(f"{label:28s} {name:44s} {t:8.1f} {m:9.0f} {rt:7.2f} {rm:6.2f}")
+        if "reference" in name:
+            ref_cpu = CPU[t]
+        print(f"{label:28s} {name:44s} {t:8.1f} {CPU[t]:7.1f} {m:9.0f} {rt:7.2f} {CPU[t] / ref_cpu:6.2f} {rm:6.2f}")
     print()
     for label, name, t, m, rt, rm in rows:
         if name.startswith("oompost analyze"):

@@ -282,15 +282,16 @@ def test_sdpa_o_proj_input_is_a_view() -> None:
 
 def test_replay_is_stable_after_two_steps() -> None:
     """Reserved memory settles within two optimizer steps: replaying more changes nothing."""
-    from oompost.estimate import memory
+    from oompost.estimate import program      # the allocation program (estimate/program.py)
 
     setup = TrainSetup(zero_stage=3, micro_batch=8, seq_len=1024, grad_ckpt=True)
     two = _simulate(QWEN, setup, 150 * GiB)
     try:
-        memory._STEPS = 4
+        program._STEPS = 4
         four = _simulate(QWEN, setup, 150 * GiB)
+        assert four is not two                  # really replayed again (the cache keys on _STEPS)
     finally:
-        memory._STEPS = 2
+        program._STEPS = 2
     assert four.peak_reserved == two.peak_reserved and four.peak_allocated == two.peak_allocated
 
 

@@ -404,6 +404,31 @@ def test_one_shared_pass_gives_the_results_of_separate_replays(monkeypatch: pyte
     assert any(r.oom for r in alone) and not all(r.oom for r in alone)   # the runs do stop at different entries
 
 
+def test_runs_that_differ_only_in_the_cap_are_replayed_once_until_the_cap_matters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counterfactuals under a bracketed cap replay each setting at both ends: one run
+    stands for the others until a cap test would go the other way, then they are replayed."""
+    import oompost.analysis.replay as rp
+
+    s = _synthetic(30_000, seed=5)
+    free = replay(s, "", device_bytes=INF)
+    caps = (free.peak_reserved + 64 * MiB, free.peak_reserved + 2 * GiB,      # never reached: one run for both
+            free.peak_reserved // 2, free.peak_reserved // 2 + 20 * MiB)       # reached: the twin is replayed
+    runs = [(c, cap) for c in ("", "expandable_segments:True", "garbage_collection_threshold:0.6") for cap in caps]
+    monkeypatch.setenv("OOMPOST_JOBS", "1")
+    alone = [replay(s, c, cap=cap, device_bytes=INF) for c, cap in runs]
+    calls = []
+    real = rp._Run.__init__
+
+    def counting(self, *a, **k):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        real(self, *a, **k)
+
+    monkeypatch.setattr(rp._Run, "__init__", counting)
+    assert replay_many(s, runs, device_bytes=INF) == alone
+    assert len(calls) < len(runs)                   # some runs were never replayed on their own
+    assert alone[0].cap != alone[1].cap and not alone[0].oom and not alone[1].oom
+
+
 def test_replays_in_processes_give_the_same_results(monkeypatch: pytest.MonkeyPatch) -> None:
     import oompost.analysis.replay as rp
 

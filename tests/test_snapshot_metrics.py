@@ -236,3 +236,15 @@ def test_segment_map(native: Snapshot) -> None:
     assert sum(b.size for b in seg.blocks if b.state == "inactive") == 944 * MiB
     for a, b in zip(seg.blocks, seg.blocks[1:]):
         assert a.offset + a.size == b.offset
+
+
+def test_derived_facts_are_computed_once_and_released_after_the_analysis(native: Snapshot) -> None:
+    import oompost
+    from oompost.analysis import snapshot_metrics as sm
+
+    sm.forget()
+    a = sm.state_after(native, 0, -1)
+    assert sm.state_after(native, 0, -1) is a                  # one starting layout, shared
+    assert sm.trace_start(native, 0) is sm.trace_start(native, 0)
+    oompost.analyze([str(Path(__file__).parent.parent / "sample_logs" / "fragmentation_dynamic_padding")])
+    assert sm._MEMO == {}                                      # nothing keeps a snapshot alive after analyze

@@ -378,3 +378,24 @@ def test_loading_frees_the_raw_entries_as_it_goes() -> None:
     assert len(entries) == 1001                       # decode_snapshot leaves a caller's data alone
     snap = decode_snapshot(raw, consume=True)
     assert entries == [] and len(snap.traces[0]) == 1001
+
+
+def test_hand_built_traces_become_columns_too() -> None:
+    from oompost.model import Snapshot, Trace, TraceEvent
+
+    ev = (TraceEvent("alloc", 4096, 512, 0, 1), TraceEvent("oom", 0, 1 << 20, 0, None, device_free=7))
+    s = Snapshot("x", (), (ev,), {}, {})
+    assert isinstance(s.traces[0], Trace) and tuple(s.traces[0]) == ev
+    assert s.traces[0].actions == ("alloc", "oom") and s.traces[0][1].device_free == 7
+
+
+def test_stacks_that_share_their_innermost_frame_stay_apart() -> None:
+    """Entries are matched to stacks by (length, innermost frame) and confirmed frame by frame."""
+    inner = {"name": "f", "filename": "a.py", "line": 1}
+    one = [inner, {"name": "g", "filename": "b.py", "line": 2}]
+    two = [inner, {"name": "h", "filename": "c.py", "line": 3}]          # same length, same innermost frame
+    entries = [{"action": "alloc", "addr": 4096 * i, "size": 512, "stream": 0, "time_us": i,
+                "frames": list(one if i % 3 else two)} for i in range(100)]
+    t = decode_snapshot({"segments": [], "device_traces": [entries]}).traces[0]
+    assert [e.frames[1].name for e in t[:4]] == ["h", "g", "g", "h"]
+    assert len(t.stacks) == 3

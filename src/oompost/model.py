@@ -403,6 +403,13 @@ class Snapshot:
     warnings: tuple[str, ...] = ()
     external_annotations: tuple[Any, ...] = ()           # record_function annotations, opaque dicts
 
+    def __post_init__(self) -> None:
+        # traces built by hand (tests, tools) as sequences of TraceEvent become columns too,
+        # so every reader can rely on Trace's columns
+        if not all(isinstance(t, Trace) for t in self.traces):
+            object.__setattr__(self, "traces", tuple(t if isinstance(t, Trace) else Trace.from_events(t)
+                                                     for t in self.traces))
+
     @property
     def expandable(self) -> bool:
         if "expandable_segments" in self.allocator_settings:

@@ -79,12 +79,17 @@ def _config_file_given(paths: list[str], ds_config: str | None) -> bool:
 
 
 def report_from_evidence(ev: Evidence) -> Report:
+    from .analysis.snapshot_metrics import forget
+
     stage("analysing the evidence")
-    ctx = build_context(ev)
-    findings = classify(ctx)
-    primary = findings[0]
-    rerun = plan(ctx, primary)
-    return _report(ctx, findings, rerun)
+    try:
+        ctx = build_context(ev)
+        findings = classify(ctx)
+        primary = findings[0]
+        rerun = plan(ctx, primary)
+        return _report(ctx, findings, rerun)
+    finally:
+        forget()                   # the per-snapshot memo: let the snapshot go with the analysis
 
 
 # ------------------------------------------------------------------ views

@@ -20,6 +20,11 @@ KLARGE_BUFFER = 20 << 20          # kLargeBuffer: 1–10 MiB segments / large ex
 KMIN_LARGE_ALLOC = 10 << 20       # kMinLargeAlloc
 KROUND_LARGE = 2 << 20            # kRoundLarge
 MiB = 1 << 20
+
+# Block states as snapshots write them.
+ALLOCATED = "active_allocated"
+PENDING = "active_pending_free"
+INACTIVE = "inactive"
 N_INTERVALS = 16                  # roundup_power2_divisions intervals: [1 MiB, 2 MiB) ... [32 GiB, inf)
 
 
@@ -55,6 +60,15 @@ def _roundup_power2_next_division(size: int, divisions: int) -> int:
         return power2_floor << 1
     floor = size & ~(step - 1)
     return size if floor == size else floor + step
+
+
+def should_split(rounded: int, remaining: int, small: bool, expandable: bool = False,
+                 max_split: float = float("inf")) -> bool:
+    """``should_split``: whether the rest of a block chosen for ``rounded`` bytes
+    becomes a free block of its own (else it stays in the allocation as slack)."""
+    if small or expandable:
+        return remaining >= KMIN_BLOCK
+    return rounded < max_split and remaining > KSMALL_SIZE
 
 
 def is_small(rounded: int) -> bool:

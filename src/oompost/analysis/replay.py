@@ -8,24 +8,13 @@ memory-fraction cap and the physical memory left on the card, so replaying the
 sequence under other settings is a counterfactual the report can state as a
 fact rather than a rule of thumb.
 
-The model follows reference/allocator.md §1–5 and the §8 sketch rule for rule:
-``round_size`` (with ``roundup_power2_divisions``), small/large pools, best
-fit ordered by (stream, size, address) examining only the first candidate,
-``should_split``, ``max_split_size`` / ``max_non_split_rounding``, the malloc
-fallback chain (GC → new segment → ``release_available_cached_blocks`` →
-``release_cached_blocks`` → OOM), expandable segments with 2 MiB / 20 MiB
-pages, and the cap test on ``alloc_size``.  Replaying the recorded settings
-must reproduce the trace's own ``segment_*`` entries; ``matches_trace`` says
-whether it did.
-
-Not modelled (allocator.md §8.3): real cudaMalloc addresses (a bump pointer
-keeps "later segments get higher addresses"), free-memory callbacks (IPC),
-private pools beyond "fixed reserved bytes", and stream-event timing beyond
-the trace's own ``free_completed`` order.
-
-Stdlib only: free pools are sorted lists of ``(stream, size, ptr, block)``
-tuples searched with ``bisect`` — ptr is unique, so comparisons never reach
-the block object.
+The allocator itself is ``analysis.allocator.CachingAllocator`` (the one
+model, shared with the estimator).  This module feeds it the trace: the
+entries to replay are filtered once per snapshot (``_Prepared``), a trace that
+starts mid-run is seeded with the layout rebuilt before its first entry, and
+several settings are replayed in one pass (``replay_many``), on every core for
+long traces.  Replaying the recorded settings must reproduce the trace's own
+``segment_*`` entries; ``matches_trace`` says whether it did.
 """
 
 from __future__ import annotations
@@ -38,9 +27,9 @@ from typing import Any
 
 from ..model import Segment, Snapshot
 from ..units import fmt_bytes
-from .allocator_rules import KMIN_BLOCK, KSMALL_BUFFER, KSMALL_SIZE, AllocatorSettings, ceil_to
+from .allocator import ADDR_ALIGN, Block, CachingAllocator, SimSegmentEvent
+from .allocator_rules import AllocatorSettings, ceil_to
 from .snapshot_metrics import (
-    ALLOCATED,
     INACTIVE,
     PENDING,
     device_segments,
@@ -58,22 +47,10 @@ __all__ = ["AllocatorSettings", "Counterfactual", "ReplayResult", "SimSegmentEve
            "default_device_bytes", "replay"]
 
 INF = float("inf")
-_ADDR_ALIGN = 2 << 20
 _DEFAULT_TOTAL = 1 << 48
 
 
 # ------------------------------------------------------------------ results
-
-
-@dataclass(frozen=True, slots=True)
-class SimSegmentEvent:
-    """A segment-level decision of the simulated allocator (compare with the trace's)."""
-
-    action: str                    # segment_alloc | segment_free | segment_map | segment_unmap
-    addr: int                      # simulated address
-    size: int
-    offset: int | None             # from the expandable segment's base; None for cudaMalloc segments
-    index: int                     # trace index being replayed when it happened
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,456 +110,6 @@ class Counterfactual:
                 "matches_trace": self.matches_trace, "elapsed_s": self.elapsed_s}
 
 
-# ---------------------------------------------------------------- the model
-
-
-class _ExpSeg:
-    __slots__ = ("base", "size", "page", "stream", "small")
-
-    def __init__(self, base: int, size: int, page: int, stream: int, small: bool) -> None:
-        self.base, self.size, self.page, self.stream, self.small = base, size, page, stream, small
-
-
-class _Blk:
-    __slots__ = ("ptr", "size", "stream", "small", "allocated", "pending", "prev", "next", "mapped", "seg",
-                 "req", "gc_base")
-
-    def __init__(self, ptr: int, size: int, stream: int, small: bool, seg: _ExpSeg | None = None,
-                 mapped: bool = True) -> None:
-        self.ptr = ptr
-        self.size = size
-        self.stream = stream
-        self.small = small
-        self.allocated = False
-        self.pending = False
-        self.prev: _Blk | None = None
-        self.next: _Blk | None = None
-        self.mapped = mapped
-        self.seg = seg
-        self.req = 0
-        self.gc_base = 0
-
-
-class _Alloc:
-    """One device's DeviceCachingAllocator, default pool."""
-
-    def __init__(self, settings: AllocatorSettings, cap: int | None, avail: float, total: int,
-                 next_addr: int) -> None:
-        self.s = settings
-        self.max_split = settings.max_split
-        self.nsr = settings.max_non_split_rounding
-        self.expandable = settings.expandable_segments
-        self.cap = cap
-        self.avail = avail
-        self.total = total
-        self.gc_on = cap is not None and settings.garbage_collection_threshold > 0.0
-        self.free: dict[bool, list[tuple]] = {True: [], False: []}      # (stream, size, ptr, blk)
-        self.unmapped: dict[bool, list[tuple]] = {True: [], False: []}  # (stream, ptr, blk)
-        self.gc_clock = {True: 0, False: 0}
-        self.reserved = 0
-        self.peak_reserved = 0
-        self.allocated = 0
-        self.peak_allocated = 0
-        self.retries = 0
-        self.device_allocs = 0
-        self.next_addr = next_addr
-        self.events: list[SimSegmentEvent] = []
-        self.index = -1
-        self.pending: dict[int, _Blk] = {}          # id(blk) → blk: free requested, not completed
-        self.sizes: dict[int, tuple[int, int]] = {}  # request → (rounded, segment size): traces repeat sizes
-
-    # ---- pools
-    def _insert_free(self, b: _Blk) -> None:
-        b.gc_base = self.gc_clock[b.small]
-        bisect.insort(self.free[b.small], (b.stream, b.size, b.ptr, b))
-
-    def _remove_free(self, b: _Blk) -> None:
-        lst = self.free[b.small]
-        i = bisect.bisect_left(lst, (b.stream, b.size, b.ptr))
-        del lst[i]
-
-    def _insert_unmapped(self, b: _Blk) -> None:
-        bisect.insort(self.unmapped[b.small], (b.stream, b.ptr, b))
-
-    def _remove_unmapped(self, b: _Blk) -> None:
-        lst = self.unmapped[b.small]
-        i = bisect.bisect_left(lst, (b.stream, b.ptr))
-        del lst[i]
-
-    def _new_address(self, size: int) -> int:
-        a = self.next_addr
-        self.next_addr = ceil_to(a + size, _ADDR_ALIGN)
-        return a
-
-    def _emit(self, action: str, addr: int, size: int, seg: _ExpSeg | None) -> None:
-        self.events.append(SimSegmentEvent(action, addr, size, None if seg is None else addr - seg.base,
-                                           self.index))
-
-    def _grow(self, n: int) -> None:
-        self.reserved += n
-        if self.reserved > self.peak_reserved:
-            self.peak_reserved = self.reserved
-
-    # ---- malloc
-    def malloc(self, req: int, stream: int) -> _Blk | None:
-        r = self.sizes.get(req)
-        if r is None:
-            n = self.s.round(req)
-            r = self.sizes[req] = (n, self.s.alloc_size(n))
-        n, asz = r
-        small = n <= KSMALL_SIZE
-        b = self._get_free_block(n, stream, small)
-        if b is None:
-            if self.gc_on:
-                self._garbage_collect()
-            b = self._alloc_block(n, asz, stream, small, False)
-            if b is None and self._release_available(n, stream, small):
-                b = self._alloc_block(n, asz, stream, small, False)
-            if b is None:
-                self._release_cached()
-                b = self._alloc_block(n, asz, stream, small, True)
-            if b is None:
-                return None
-        rem = b.size - n
-        if small or self.expandable:
-            split = rem >= KMIN_BLOCK
-        else:
-            split = n < self.max_split and rem > KSMALL_SIZE
-        if split:
-            r = _Blk(b.ptr + n, rem, stream, small, b.seg)
-            r.prev, r.next = b, b.next
-            if b.next is not None:
-                b.next.prev = r
-            b.next = r
-            b.size = n
-            self._insert_free(r)
-        b.allocated = True
-        b.req = req
-        self.allocated += b.size
-        if self.allocated > self.peak_allocated:
-            self.peak_allocated = self.allocated
-        return b
-
-    def _get_free_block(self, n: int, stream: int, small: bool) -> _Blk | None:
-        if self.gc_on:
-            self.gc_clock[small] += 1
-        pool = self.free[small]
-        i = bisect.bisect_left(pool, (stream, n, 0))
-        if i == len(pool) or pool[i][0] != stream:
-            return None
-        b = pool[i][3]
-        if b.seg is not None and self.expandable:
-            # best fit avoids the growable tail: prefer any fitting hole whose "expandable size" is smaller
-            last = len(pool) - 1
-            while b.seg is not None and i < last and pool[i + 1][0] == stream \
-                    and _exp_size(pool[i + 1][3]) < _exp_size(b):
-                i += 1
-                b = pool[i][3]
-        if n < self.max_split and b.size >= self.max_split:
-            return None
-        if n >= self.max_split and b.size >= n + self.nsr:
-            return None
-        del pool[i]
-        return b
-
-    def _alloc_block(self, n: int, asz: int, stream: int, small: bool, retry: bool) -> _Blk | None:
-        if retry:
-            self.retries += 1
-        if self.cap is not None and self.reserved + asz > self.cap:
-            return None
-        if self.expandable:
-            return self._alloc_expandable(n, stream, small)
-        if self.reserved + asz > self.avail:
-            return None
-        b = _Blk(self._new_address(asz), asz, stream, small)
-        self._grow(asz)
-        self.device_allocs += 1
-        self._emit("segment_alloc", b.ptr, asz, None)
-        return b
-
-    # ---- expandable segments
-    def _alloc_expandable(self, n: int, stream: int, small: bool) -> _Blk | None:
-        c = self._find_expandable_block(n, stream, small)
-        if not c.mapped:
-            c = self._map_block(c, min(c.size, n))
-            if c is None:
-                return None
-        while c.size < n:
-            nxt = c.next
-            if nxt is None or nxt.mapped:
-                return None
-            c2 = self._map_block(nxt, min(n - c.size, nxt.size))
-            if c2 is None:
-                return None
-            c = c2
-        self._remove_free(c)
-        return c
-
-    def _find_expandable_block(self, n: int, stream: int, small: bool) -> _Blk:
-        lst = self.unmapped[small]
-        i = bisect.bisect_left(lst, (stream, 0))
-        while i < len(lst) and lst[i][0] == stream:
-            c = lst[i][2]
-            p = c.prev
-            if p is not None and not p.allocated and not p.pending:
-                c = p
-            total = 0
-            x: _Blk | None = c
-            while total < n and x is not None and not x.allocated and not x.pending:
-                total += x.size
-                x = x.next
-            if total >= n:
-                return c
-            i += 1
-        page = KSMALL_BUFFER if small else self.s.large_segment_size
-        vs = ceil_to(self.total + self.total // 8, page)
-        seg = _ExpSeg(self._new_address(vs), vs, page, stream, small)
-        u = _Blk(seg.base, vs, stream, small, seg, mapped=False)
-        self._insert_unmapped(u)
-        return u
-
-    def _map_block(self, u: _Blk, nbytes: int) -> _Blk | None:
-        seg = u.seg
-        assert seg is not None
-        start = u.ptr - seg.base
-        m = ceil_to(start + nbytes, seg.page) - start
-        if m <= 0 or self.reserved + m > self.avail:
-            return None
-        self._remove_unmapped(u)
-        u.mapped = True
-        if m < u.size:
-            r = _Blk(u.ptr + m, u.size - m, u.stream, u.small, seg, mapped=False)
-            r.prev, r.next = u, u.next
-            if u.next is not None:
-                u.next.prev = r
-            u.next = r
-            u.size = m
-            self._insert_unmapped(r)
-        mapped_at = u.ptr
-        self._merge(u, u.prev)
-        self._merge(u, u.next)
-        self._insert_free(u)
-        self._grow(m)
-        self.device_allocs += 1
-        self._emit("segment_map", mapped_at, m, seg)
-        return u
-
-    def _unmap_block(self, b: _Blk) -> None:
-        seg = b.seg
-        assert seg is not None
-        P = seg.page
-        lo = seg.base + ceil_to(b.ptr - seg.base, P)
-        hi = seg.base + (b.ptr + b.size - seg.base) // P * P
-        if hi <= lo:
-            return
-        self._remove_free(b)
-        if lo > b.ptr:
-            bf = _Blk(b.ptr, lo - b.ptr, b.stream, b.small, seg)
-            bf.prev, bf.next = b.prev, b
-            if b.prev is not None:
-                b.prev.next = bf
-            b.prev = bf
-            self._insert_free(bf)
-        end = b.ptr + b.size
-        if end > hi:
-            af = _Blk(hi, end - hi, b.stream, b.small, seg)
-            af.prev, af.next = b, b.next
-            if b.next is not None:
-                b.next.prev = af
-            b.next = af
-            self._insert_free(af)
-        b.ptr, b.size, b.mapped = lo, hi - lo, False
-        self._merge(b, b.prev)
-        self._merge(b, b.next)
-        self.reserved -= hi - lo
-        self._emit("segment_unmap", lo, hi - lo, seg)
-        if b.prev is None and b.next is None:
-            return                      # release_expandable_segment: the whole range is gone
-        self._insert_unmapped(b)
-
-    # ---- free
-    def _merge(self, dst: _Blk, src: _Blk | None) -> None:
-        """try_merge_blocks: dst (not in any pool) absorbs a free neighbour."""
-        if src is None or src.allocated or src.pending or dst.mapped != src.mapped:
-            return
-        if src.mapped:
-            self._remove_free(src)
-        else:
-            self._remove_unmapped(src)
-        if dst.prev is src:
-            dst.ptr = src.ptr
-            dst.prev = src.prev
-            if dst.prev is not None:
-                dst.prev.next = dst
-        else:
-            dst.next = src.next
-            if dst.next is not None:
-                dst.next.prev = dst
-        dst.size += src.size
-
-    def request_free(self, b: _Blk) -> None:
-        """free(): allocated_bytes drops now; the block is reusable at free_completed."""
-        b.allocated = False
-        self.allocated -= b.size
-        b.pending = True
-        self.pending[id(b)] = b
-
-    def complete_free(self, b: _Blk) -> None:
-        if b.allocated:
-            self.request_free(b)
-        if self.pending.pop(id(b), None) is None:
-            return                      # already completed by release_cached_blocks
-        b.pending = False
-        self._merge(b, b.prev)
-        self._merge(b, b.next)
-        self._insert_free(b)
-
-    # ---- releasing memory
-    def _release_block(self, b: _Blk) -> bool:
-        if b.seg is not None or b.prev is not None or b.next is not None:
-            return False                # only whole cudaMalloc segments go back to CUDA
-        self._remove_free(b)
-        self.reserved -= b.size
-        self._emit("segment_free", b.ptr, b.size, None)
-        return True
-
-    def _release_cached(self) -> None:
-        for b in list(self.pending.values()):   # synchronize_and_free_events
-            self.complete_free(b)
-        for small in (False, True):
-            to_unmap: list[_Blk] = []
-            for entry in list(self.free[small]):
-                b = entry[3]
-                if b.seg is not None:
-                    to_unmap.append(b)
-                elif b.prev is None and b.next is None:
-                    self._release_block(b)
-            for b in to_unmap:
-                self._unmap_block(b)
-
-    def _release_available(self, n: int, stream: int, small: bool) -> bool:
-        ms = self.s.max_split_size
-        if ms is None:
-            return False
-        pool = self.free[small]
-        key = max(n, ms)
-        i = bisect.bisect_left(pool, (stream, key, 0))
-        if i == len(pool) or pool[i][0] != stream or pool[i][3].seg is not None:
-            if i == 0:
-                return False
-            released = 0
-            i -= 1
-            while released < key and i >= 0 and pool[i][1] >= ms and pool[i][0] == stream:
-                b = pool[i][3]
-                i -= 1
-                if b.seg is None and self._release_block(b):
-                    released += b.size
-            return released >= key
-        return self._release_block(pool[i][3])
-
-    def _garbage_collect(self) -> None:
-        assert self.cap is not None
-        threshold = int(self.s.garbage_collection_threshold * self.cap)
-        if self.reserved <= threshold:
-            return
-        target = self.reserved - threshold
-        clock = self.gc_clock[False]
-        pool = self.free[False]
-        freeable = [e[3] for e in pool if e[3].prev is None and e[3].next is None]
-        if not freeable:
-            return
-        total_age = sum(clock - b.gc_base for b in freeable)
-        count = len(freeable)
-        reclaimed = 0
-        freed = True
-        while reclaimed < target and freed and count > 0:
-            threshold_age = total_age / count
-            freed = False
-            for e in list(pool):
-                b = e[3]
-                if b.prev is None and b.next is None and b.seg is None and clock - b.gc_base >= threshold_age:
-                    freed = True
-                    reclaimed += b.size
-                    total_age -= clock - b.gc_base
-                    count -= 1
-                    self._release_block(b)
-
-    # ---- seeding (trace starts mid-run)
-    def seed_layout(self, segments: list[Segment], live: dict[int, _Blk]) -> int:
-        """Rebuild the recorded layout at the trace start (same settings)."""
-        seeded = 0
-        groups: dict[tuple[int, bool], list[Segment]] = {}
-        for s in segments:
-            if s.is_expandable:
-                groups.setdefault((s.stream, s.segment_type == "small"), []).append(s)
-                continue
-            small = s.segment_type == "small"
-            chain = [self._seed_block(b.address, b.size, b.requested_size, b.state, s.stream, small, None)
-                     for b in s.blocks]
-            _link(chain)
-            self._grow(s.total_size)
-            seeded += self._register(chain, live)
-        for (stream, small), segs in groups.items():
-            segs.sort(key=lambda s: s.address)
-            page = KSMALL_BUFFER if small else self.s.large_segment_size
-            base = segs[0].address
-            end = segs[-1].address + segs[-1].total_size
-            vs = max(ceil_to(self.total + self.total // 8, page), ceil_to(end - base, page))
-            seg = _ExpSeg(base, vs, page, stream, small)
-            chain: list[_Blk] = []
-            cursor = base
-            for s in segs:
-                if s.address > cursor:
-                    chain.append(_Blk(cursor, s.address - cursor, stream, small, seg, mapped=False))
-                for b in s.blocks:
-                    chain.append(self._seed_block(b.address, b.size, b.requested_size, b.state, stream, small, seg))
-                cursor = s.address + s.total_size
-                self._grow(s.total_size)
-            if base + vs > cursor:
-                chain.append(_Blk(cursor, base + vs - cursor, stream, small, seg, mapped=False))
-            _link(chain)
-            seeded += self._register(chain, live)
-        return seeded
-
-    def _seed_block(self, addr: int, size: int, req: int, state: str, stream: int, small: bool,
-                    seg: _ExpSeg | None) -> _Blk:
-        b = _Blk(addr, size, stream, small, seg)
-        b.req = req
-        if state == ALLOCATED:
-            b.allocated = True
-        elif state == PENDING:
-            b.pending = True
-        return b
-
-    def _register(self, chain: list[_Blk], live: dict[int, _Blk]) -> int:
-        n = 0
-        for b in chain:
-            if not b.mapped:
-                self._insert_unmapped(b)
-            elif b.allocated:
-                self.allocated += b.size
-                live[b.ptr] = b
-                n += 1
-            elif b.pending:
-                self.pending[id(b)] = b
-                live[b.ptr] = b
-                n += 1
-            else:
-                self._insert_free(b)
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
-        return n
-
-
-def _link(chain: list[_Blk]) -> None:
-    for a, b in zip(chain, chain[1:]):
-        a.next, b.prev = b, a
-
-
-def _exp_size(b: _Blk) -> int:
-    nx = b.next
-    return b.size + (nx.size if nx is not None and not nx.mapped else 0)
-
-
 # ------------------------------------------------------------------ driver
 
 
@@ -636,7 +163,7 @@ class _Prepared:
         max_addr = max([s.address + s.total_size for s in segs_final] + [0])
         if n:
             max_addr = max(max_addr, int((trace.addr + trace.size).max()))
-        self.base_addr = ceil_to(max_addr + (1 << 40), _ADDR_ALIGN)
+        self.base_addr = ceil_to(max_addr + (1 << 40), ADDR_ALIGN)
         code = trace.code_of
         self.has_completed = code("free_completed") >= 0 and bool(np.any(trace.action == code("free_completed")))
         kind = np.full(256, -1, np.int8)             # action code → 0 alloc, 1 free_requested, 2 free_completed, 3 oom
@@ -690,15 +217,16 @@ class _Run:
                  "alloc_oom", "stopped", "fits_recorded", "orphans", "replayed", "done", "has_completed")
 
     def __init__(self, snap: Snapshot, prep: _Prepared, recorded: AllocatorSettings, st: AllocatorSettings,
-                 cap: int | None, avail: float, device: int) -> None:
+                 cap: int | None, avail: float, device: int, twins: tuple[int, ...] = ()) -> None:
         self.st, self.cap = st, cap
-        self.sim = sim = _Alloc(st, cap, avail, _device_total(snap, avail), prep.base_addr)
+        self.sim = sim = CachingAllocator(st, cap, avail, _device_total(snap, avail), prep.base_addr)
+        sim.twin_caps = twins
         self.notes: list[str] = []
         if prep.private:
             sim._grow(prep.fixed)
             self.notes.append(f"{fmt_bytes(prep.fixed)} in private pools (CUDA graphs / MemPool) held as fixed "
                               "reserved memory")
-        self.live: dict[int, _Blk] = {}
+        self.live: dict[int, Block] = {}
         self.seeded = 0
         ts = trace_start(snap, device, recorded)
         if ts.truncated or ts.reserved_at_start > 0:
@@ -828,15 +356,37 @@ def replay_many(snap: Snapshot, runs: Sequence[tuple[AllocatorSettings | str | M
     recorded = settings_of(snap)
     prep = _prepared(snap, device)
     avail = _avail(snap, device, device_bytes)
-    every = [_Run(snap, prep, recorded, recorded if s is None else AllocatorSettings.coerce(s), c, avail, device)
-             for s, c in runs]
+    specs = [(recorded if s is None else AllocatorSettings.coerce(s), c) for s, c in runs]
+    # Runs that differ only in the cap (no GC) are one run until a cap test would differ.
+    lead_of: dict[int, int] = {}
+    same: dict[AllocatorSettings, list[int]] = {}
+    for k, (st, c) in enumerate(specs):
+        if c is not None and st.garbage_collection_threshold == 0.0:
+            same.setdefault(st, []).append(k)
+    for ks in same.values():
+        ks = sorted(ks, key=lambda k: specs[k][1])        # type: ignore[arg-type, return-value]
+        for k in ks[1:]:
+            lead_of[k] = ks[0]
+    leads = [k for k in range(len(specs)) if k not in lead_of]
+    twins = {k: tuple(specs[j][1] for j, lead in lead_of.items() if lead == k) for k in leads}
+    every = [_Run(snap, prep, recorded, specs[k][0], specs[k][1], avail, device, twins[k]) for k in leads]  # type: ignore[arg-type]
+    done: list[tuple[ReplayResult, bool]] | None = None
     jobs = _jobs(len(every), len(prep.sel))
     if jobs > 1:
         done = _in_processes(every, prep, recorded, avail, jobs)
-        if done is not None:
-            return done
-    _pass(every, prep)
-    return [r.result(prep, recorded, avail) for r in every]
+    if done is None:
+        _pass(every, prep)
+        done = [(r.result(prep, recorded, avail), r.sim.diverged) for r in every]
+    out: dict[int, ReplayResult] = {k: res for k, (res, _) in zip(leads, done)}
+    diverged = {k for k, (_, d) in zip(leads, done) if d}
+    redo = [k for k, lead in lead_of.items() if lead in diverged]
+    for k, lead in lead_of.items():
+        if lead not in diverged:
+            out[k] = replace(out[lead], cap=specs[k][1])
+    if redo:
+        for k, res in zip(redo, replay_many(snap, [specs[k] for k in redo], device_bytes=avail, device=device)):
+            out[k] = res
+    return [out[k] for k in range(len(specs))]
 
 
 PARALLEL_FROM_ENTRIES = 200_000     # below this a process costs more than it saves
@@ -847,9 +397,11 @@ def _jobs(runs: int, entries: int) -> int:
     for long traces only, and only where ``fork`` shares the columns for free."""
     import multiprocessing
     import os
+    import sys
 
-    if runs < 2 or entries < PARALLEL_FROM_ENTRIES or "fork" not in multiprocessing.get_all_start_methods():
-        return 1
+    if runs < 2 or entries < PARALLEL_FROM_ENTRIES or not sys.platform.startswith("linux") \
+            or "fork" not in multiprocessing.get_all_start_methods():
+        return 1                        # fork after importing numpy is only safe where it is the norm
     try:
         want = int(os.environ.get("OOMPOST_JOBS", "0"))
     except ValueError:
@@ -859,7 +411,7 @@ def _jobs(runs: int, entries: int) -> int:
 
 
 def _in_processes(every: list["_Run"], prep: _Prepared, recorded: AllocatorSettings, avail: float,
-                  jobs: int) -> list[ReplayResult] | None:
+                  jobs: int) -> list[tuple[ReplayResult, bool]] | None:
     """The runs dealt round-robin to ``jobs`` groups; each group is one shared pass,
     in a forked child (the trace columns and the starting layouts are shared
     copy-on-write) except the last, which runs here.  None if a child fails:
@@ -877,9 +429,9 @@ def _in_processes(every: list["_Run"], prep: _Prepared, recorded: AllocatorSetti
         children.append((g, p, recv))
     mine = [every[i] for i in groups[-1]]
     _pass(mine, prep)
-    out: list[ReplayResult | None] = [None] * len(every)
+    out: list[tuple[ReplayResult, bool] | None] = [None] * len(every)
     for i, r in zip(groups[-1], mine):
-        out[i] = r.result(prep, recorded, avail)
+        out[i] = (r.result(prep, recorded, avail), r.sim.diverged)
     ok = True
     for g, p, recv in children:
         try:
@@ -898,7 +450,7 @@ def _in_processes(every: list["_Run"], prep: _Prepared, recorded: AllocatorSetti
 def _child(runs: list["_Run"], prep: _Prepared, recorded: AllocatorSettings, avail: float, send) -> None:  # type: ignore[no-untyped-def]
     try:
         _pass(runs, prep)
-        send.send([r.result(prep, recorded, avail) for r in runs])
+        send.send([(r.result(prep, recorded, avail), r.sim.diverged) for r in runs])
     finally:
         send.close()
 
@@ -925,7 +477,7 @@ def _pass(every: list["_Run"], prep: _Prepared) -> None:
                     break
 
 
-def _seed_fresh(sim: _Alloc, segments: list[Segment], live: dict[int, _Blk]) -> int:
+def _seed_fresh(sim: CachingAllocator, segments: list[Segment], live: dict[int, Block]) -> int:
     n = 0
     blocks = sorted(((b, s.stream) for s in segments for b in s.blocks if b.state != INACTIVE),
                     key=lambda x: x[0].address)

@@ -25,11 +25,9 @@ import numpy as np
 
 from ..model import NO_TIME, Block, Frame, Segment, Snapshot, Trace, TraceEvent
 from ..units import fmt_bytes
-from .allocator_rules import KMIN_BLOCK, KSMALL_BUFFER, KSMALL_SIZE, AllocatorSettings
+from .allocator_rules import (ALLOCATED, INACTIVE, KMIN_BLOCK, KSMALL_BUFFER, KSMALL_SIZE, PENDING, AllocatorSettings,
+                              should_split)
 
-ALLOCATED = "active_allocated"
-PENDING = "active_pending_free"
-INACTIVE = "inactive"
 _SEGMENT_ACTIONS = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
 _EMPTY = Trace.from_events(())
 
@@ -445,7 +443,7 @@ class _Layout:
         end = min(addr + size, b_end)
         leftover = b_end - end
         # a leftover that could not exist as its own free block was part of this block (should_split)
-        if leftover and (leftover < KMIN_BLOCK or (not seg.small and not seg.expandable and leftover <= KSMALL_SIZE)):
+        if leftover and not should_split(size, leftover, seg.small, seg.expandable, self.settings.max_split):
             end = b_end
         new: list[_MBlock] = []
         if addr > b.address:

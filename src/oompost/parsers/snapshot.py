@@ -462,13 +462,20 @@ class _Columns:
         time_us = np.fromiter(times, np.int64, n)
         del times
         frames = list(map(get, chunk, repeat("frames"), repeat(())))
-        # a stack is recognised by the identities of its frame dicts (pickle shares
-        # identical frames), so only distinct stacks are read field by field
-        keys = list(map(tuple, map(map, repeat(id), frames)))
-        first = dict(zip(keys, frames))
-        index = {k: self._stack(f) for k, f in first.items()}
-        stack = np.fromiter(map(index.__getitem__, keys), np.int32, n)
-        del keys, first, frames
+        # Stacks are few (hundreds) and entries many.  An entry's stack is guessed from
+        # a cheap signature — its length and the identity of its innermost frame dict
+        # (pickle shares identical frames) — and confirmed by comparing the whole list
+        # with the signature's representative (C-level, identity first); only entries
+        # whose list differs from it are read on their own.
+        sigs = list(zip(map(len, frames), map(id, map(next, map(iter, frames), repeat(None)))))
+        rep = dict(zip(sigs, frames))
+        sig_index = {k: self._stack(f) for k, f in rep.items()}
+        stack = np.fromiter(map(sig_index.__getitem__, sigs), np.int32, n)
+        same = list(map(operator.eq, frames, map(rep.__getitem__, sigs)))
+        if not all(same):
+            for i in compress(range(n), map(operator.not_, same)):
+                stack[i] = self._stack(frames[i])
+        del sigs, rep, sig_index, same, frames
         extra: dict[int, tuple[int | None, tuple[int, int] | None, str]] = {}
         dfs = list(map(get, chunk, repeat("device_free")))
         pids = list(map(get, chunk, repeat("pool_id")))
