@@ -245,7 +245,7 @@ def parse(html: str) -> TagCollector:
 
 
 ALLOWED_TAGS = {
-    "html", "head", "meta", "title", "style", "body", "header", "nav", "a", "main", "section", "div", "p", "h1", "h2",
+    "html", "head", "wbr", "meta", "title", "style", "body", "header", "nav", "a", "main", "section", "div", "p", "h1", "h2",
     "h3", "span", "small", "code", "b", "table", "caption", "thead", "tbody", "tr", "th", "td", "figure",
     "figcaption", "pre", "details", "summary", "ul", "ol", "li", "svg", "defs", "pattern", "rect", "line", "title",
     "path", "circle", "text", "g", "footer", "script", "button",

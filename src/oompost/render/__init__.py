@@ -166,6 +166,17 @@ def ref_label(source: str, line: int | None) -> str:
 
 
 @functools.cache
+def breakable(text: object) -> "Markup":
+    """Escaped text with a line-break opportunity (<wbr>) after each "/", "_" and ".": a long path
+    in a table cell wraps at its separators instead of widening the table past the screen."""
+    import re
+
+    from markupsafe import Markup, escape
+
+    parts = re.split(r"(?<=[/_.])", str(text))
+    return Markup("<wbr>").join(escape(p) for p in parts)
+
+
 def environment() -> "jinja2.Environment":
     """The one Jinja environment: templates ship in ``oompost/templates``;
     HTML templates autoescape, Markdown ones are plain text (their own filters
@@ -185,7 +196,7 @@ def environment() -> "jinja2.Environment":
     )
     from .markdown import md_cell, md_code, md_fence, md_text
 
-    env.filters.update(bytes=fmt_bytes, gib=gib, clip=clip, fixvalue=fix_value,
+    env.filters.update(bytes=fmt_bytes, gib=gib, clip=clip, fixvalue=fix_value, breakable=breakable,
                        md_text=md_text, md_cell=md_cell, md_code=md_code, md_fence=md_fence)
     env.globals.update(cause_title=cause_title, ref_label=ref_label, fmt_bytes=fmt_bytes)
     return env

@@ -43,8 +43,16 @@ class Leak:
                    (f"allocated at step {trend.first_step}", b(trend.start_bytes)),
                    (f"allocated at step {trend.last_step}", b(trend.end_bytes))]
         if L:
-            left = max(0, L - trend.end_bytes)
-            numbers.append(("steps left at that rate", f"{left // max(1, trend.per_step_bytes)}"))
+            # what runs out is the step's peak, not the memory at the point the lines measure
+            last = ctx.steps[-1] if ctx.steps else None
+            peak = getattr(last, "max_allocated", None) or trend.end_bytes
+            if ctx.oom is not None:
+                numbers.append(("steps left at that rate", f"none: step {trend.last_step + 1} needed more than "
+                                                          f"{limit_label(ctx)}"))
+            else:
+                left = max(0, L - max(peak, trend.end_bytes))
+                numbers.append(("steps left at that rate (from the step's peak)",
+                                f"{left // max(1, trend.per_step_bytes)}"))
         where = self._where(ctx, trend.per_step_bytes)
         if where:
             signals.append((f"{where[1]} live blocks of ~{b(where[2])} allocated at {where[0]} at the OOM", 0.1))
