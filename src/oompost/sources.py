@@ -91,9 +91,11 @@ _DS_CONFIG_KEYS = {"zero_optimization", "train_batch_size", "train_micro_batch_s
 
 
 def _looks_binary(head: bytes) -> bool:
-    head = head.rstrip(b"\x00")      # a crashed node's log often ends in a NUL-filled block
     if not head:
         return False
+    head = head.rstrip(b"\x00")      # a crashed node's log often ends in a NUL-filled block
+    if not head:
+        return True                  # nothing but NULs: not a log
     sample = head[:8192]
     if sample.count(b"\x00") > max(2, len(sample) // 200):
         return True
