@@ -555,7 +555,14 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isfile(script[0]):
         print(f"oompost.record: no such script: {script[0]}", file=sys.stderr)
         return 2
-    rec = enable(opts["dir"], max_entries=max_entries, stacks=opts.get("stacks", "python"))
+    import warnings
+
+    with warnings.catch_warnings(record=True) as said:   # one line each on stderr, not a warning's two
+        warnings.simplefilter("always", RecordWarning)
+        rec = enable(opts["dir"], max_entries=max_entries, stacks=opts.get("stacks", "python"))
+    for w in said:
+        if not (issubclass(w.category, RecordWarning) and not rec.enabled and "no CUDA" in str(w.message)):
+            print(str(w.message), file=sys.stderr)
     if not rec.enabled:
         print("oompost.record: no CUDA device here: recording nothing, running the script as is", file=sys.stderr)
     sys.argv = [script[0], *passthrough, *script[1:]]
