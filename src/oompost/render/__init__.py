@@ -165,7 +165,6 @@ def ref_label(source: str, line: int | None) -> str:
 # ------------------------------------------------------------ Jinja (one env)
 
 
-@functools.cache
 def breakable(text: object) -> "Markup":
     """Escaped text with a line-break opportunity (<wbr>) after each "/", "_" and ".": a long path
     in a table cell wraps at its separators instead of widening the table past the screen."""
@@ -177,6 +176,7 @@ def breakable(text: object) -> "Markup":
     return Markup("<wbr>").join(escape(p) for p in parts)
 
 
+@functools.cache
 def environment() -> "jinja2.Environment":
     """The one Jinja environment: templates ship in ``oompost/templates``;
     HTML templates autoescape, Markdown ones are plain text (their own filters
