@@ -197,3 +197,27 @@ def test_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
     assert p.wait(timeout=300) == 0
     os.close(master)
     assert b"oompost scan" in out and b"3/3" in out                  # tqdm's bar on the terminal
+
+
+def test_redact_hides_job_and_file_names_in_the_index_history_and_paths(tmp_path: Path) -> None:
+    root = tmp_path / "failed"
+    (root / "alice-secretproj").mkdir(parents=True)
+    (root / "alice-secretproj" / "alice_run_0412.log").write_bytes(_log(LEAK))
+    (root / "bob-llama-private").mkdir()
+    (root / "bob-llama-private" / "bob_train.log.gz").write_bytes(b"\x1f\x8b\x08\x00trunc")   # a bad job
+    out = tmp_path / "nightly"
+    r = CliRunner().invoke(cli, ["scan", str(root), "-o", str(out), "--redact", "--quiet"])
+    assert r.exit_code == 4, r.output                      # the truncated .gz job failed, said so
+    names = {p.name for p in out.rglob("*")}
+    for secret in ("alice", "secretproj", "bob", "private"):
+        assert not any(secret in n for n in names), (secret, names)
+        for f in out.rglob("*"):
+            if f.is_file():
+                assert secret.encode() not in f.read_bytes(), (secret, f)
+    rows = json.loads((out / "index.json").read_text())["jobs"]
+    assert len(rows) == 2 and all(row["job"].startswith("job-") for row in rows)
+    failed = [row for row in rows if not row["ok"]]
+    assert len(failed) == 1 and failed[0]["error"]          # the error is kept, the names in it are not
+    again = CliRunner().invoke(cli, ["scan", str(root), "-o", str(out), "--redact", "--quiet"])
+    assert again.exit_code == 4
+    assert sum(row.get("reused", False) for row in json.loads((out / "index.json").read_text())["jobs"]) >= 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -205,6 +205,27 @@ def _rewrite(obj: Any, r: Redactor) -> Any:
     if isinstance(obj, (set, frozenset)):
         return type(obj)(_rewrite(v, r) for v in obj)
     return obj
+
+
+def job_alias(name: str) -> str:
+    """A scanned job's name under ``--redact``: job directories carry user and project
+    names, so the index, the history and the report paths show a stable digest instead
+    (the same job gets the same alias every night, so trends and incremental scans hold)."""
+    import hashlib
+
+    return "job-" + hashlib.blake2b(name.encode("utf-8", "surrogateescape"), digest_size=5).hexdigest()
+
+
+def redact_job_text(text: str, paths: "Iterable[str]") -> str:
+    """``text`` about one job (an error message) with the job's directories and file
+    names replaced, as in its report."""
+    if not text:
+        return text
+    r = Redactor()
+    for p in paths:
+        r.learn_path(p)
+    r.learn(text)
+    return r.text(text)
 
 
 def redact_text(text: str) -> str:

@@ -24,6 +24,7 @@ from .discover import Job, find_jobs, newest_mtime
 from .executors import default_jobs, run_dask, run_local
 from .fingerprint import job_fingerprint
 from .history import History
+from ..redact import job_alias
 from .outputs import inside, safe_name, write_atomic
 
 _WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -89,7 +90,9 @@ def run_scan(roots: list[str], output: str, *, formats: tuple[str, ...] = ("html
     hist = History(output)
     try:
         result.resumed_from_interrupted = hist.interrupted() > 0
-        scan_id = hist.begin([os.path.abspath(r) for r in roots])
+        # under --redact the history keeps no path: roots and the digest cache are keyed by aliases
+        hidden: Callable[[str], str] = job_alias if redact else (lambda p: p)
+        scan_id = hist.begin([hidden(os.path.abspath(r)) for r in roots])
         now = time.time()
         found: list[Job] = []
         for job in find_jobs(roots, exclude=(output,)):
@@ -105,20 +108,23 @@ def run_scan(roots: list[str], output: str, *, formats: tuple[str, ...] = ("html
         fingerprints: dict[str, str] = {}
         taken: set[str] = set()
         for job in found:
-            out_name = safe_name(job.name)
+            name = job_alias(job.name) if redact else job.name    # what the index, history and paths show
+            out_name = safe_name(name)
             while out_name in taken:                       # (a collision after sanitising)
                 out_name += "_"
             taken.add(out_name)
-            fp = job_fingerprint(job.root, job.files, options, hist.cached_digest, hist.remember_digest)
-            fingerprints[job.name] = fp
-            old = previous.get(job.name)
+            fp = job_fingerprint(job.root, job.files, options,
+                                 lambda p, k: hist.cached_digest(hidden(p), k),
+                                 lambda p, k, d: hist.remember_digest(hidden(p), k, d))
+            fingerprints[name] = fp
+            old = previous.get(name)
             if old is not None and old[0] == fp and _reports_exist(output, old[1]):
                 row = {**old[1], "reused": True}
                 result.rows.append(row)
                 hist.record(scan_id, fp, row, commit=False)
                 result.reused += 1
             else:
-                tasks.append((job.name, job.root, job.files, output, out_name, formats, redact))
+                tasks.append((name, name if redact else job.root, job.files, output, out_name, formats, redact))
         hist.flush_files()
         hist.commit()
         total = len(found)

@@ -53,11 +53,20 @@ def analyze_job(job: str, root: str, files: tuple[str, ...], output: str, out_na
     except Exception as e:  # one bad job never stops the scan
         row["error"] = f"internal error: {type(e).__name__}: {e}"
         try:
-            write_atomic(inside(output, f"{out_name}.error.txt"), traceback.format_exc())
+            tb = traceback.format_exc()
+            if redact:
+                from ..redact import redact_job_text
+
+                tb = redact_job_text(tb, files)
+            write_atomic(inside(output, f"{out_name}.error.txt"), tb)
         except Exception:
             pass
     except MemoryError:
         row["error"] = "internal error: out of host memory while analysing this job"
+    if redact and row["error"]:
+        from ..redact import redact_job_text
+
+        row["error"] = redact_job_text(row["error"], files)
     row["seconds"] = round(time.perf_counter() - t0, 4)
     return row
 
