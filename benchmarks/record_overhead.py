@@ -37,6 +37,8 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=6, help="blocks per arm (off/on alternate)")
     ap.add_argument("--block-steps", type=int, default=20)
     ap.add_argument("--max-entries", type=int, default=100_000)
+    ap.add_argument("--context", default="alloc", choices=["alloc", "all"],
+                    help="torch's history context: stacks at allocations only (oompost's default) or also at frees")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 
@@ -75,7 +77,7 @@ def main() -> int:
     for b in range(2 * a.blocks):
         arm = "off" if b % 2 == 0 else "on"
         if arm == "on":
-            rec = oompost.record(dir=cap, max_entries=a.max_entries, stacks="python")
+            rec = oompost.record(dir=cap, max_entries=a.max_entries, stacks="python", context=a.context)
             assert rec.enabled and rec.history, "recording did not start"
         for _ in range(a.block_steps):
             times[arm].append(step())
@@ -92,7 +94,7 @@ def main() -> int:
     steps_lines = sum(1 for _ in open(steps_path)) if os.path.exists(steps_path) else 0
     res = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "model": a.model, "params": n_params,
            "batch": a.batch, "seq": a.seq, "steps_per_arm": len(times["on"]), "warmup": a.warmup,
-           "max_entries": a.max_entries, "stacks": "python",
+           "max_entries": a.max_entries, "stacks": "python", "context": a.context,
            "median_s": med, "mean_s": mean,
            "overhead_median": med["on"] / med["off"] - 1, "overhead_mean": mean["on"] / mean["off"] - 1,
            "dump_seconds": dump_s, "dump_bytes": dump_bytes, "steps_jsonl_lines": steps_lines,

@@ -115,10 +115,15 @@ class Recorder:
     returns one, already started; ``with`` stops it on exit."""
 
     def __init__(self, dir: str = "oompost-capture", *, max_entries: int = 100_000, stacks: str = "python",
-                 once: bool = True, steps: bool = True, max_step_lines: int = 20_000) -> None:
+                 once: bool = True, steps: bool = True, max_step_lines: int = 20_000,
+                 context: str = "alloc") -> None:
         self.dir = os.fspath(dir)
         self.max_entries = int(max_entries)
         self.stacks = stacks
+        # "alloc": stacks for allocations only.  oompost pairs each free with its allocation's
+        # stack itself, so the stacks torch would gather at every free ("all") are never read,
+        # and they are half the per-step cost of recording.
+        self.context = context
         self.once = once
         self.auto_steps = steps
         self.max_step_lines = int(max_step_lines)
@@ -160,7 +165,8 @@ class Recorder:
                   "only per-step memory and metadata")
         else:
             try:
-                torch.cuda.memory._record_memory_history(max_entries=self.max_entries, stacks=self.stacks)
+                torch.cuda.memory._record_memory_history(max_entries=self.max_entries, stacks=self.stacks,
+                                                        context=self.context)
                 self.history = True
             except Exception as e:  # an allocator or torch version that cannot record
                 _warn(f"allocator history unavailable ({type(e).__name__}: {e}); recording steps and metadata only")
@@ -303,7 +309,8 @@ class Recorder:
             "device": int(dev), "device_name": str(props.name), "device_total": int(props.total_memory),
             "alloc_conf": alloc_conf(), "allocator_backend": _allocator_backend(torch),
             "memory_fraction_env": os.environ.get("OOMPOST_MEMORY_FRACTION"),
-            "max_entries": self.max_entries, "stacks": self.stacks, "steps_seen": self.step_count,
+            "max_entries": self.max_entries, "stacks": self.stacks, "context": self.context,
+            "steps_seen": self.step_count,
             "memory_stats": _numbers(torch.cuda.memory_stats(dev)),
         }
         meta.update(self.extra_meta)
@@ -456,7 +463,7 @@ def _engine_config(engine: Any) -> dict[str, Any] | None:
 
 
 def enable(dir: str = "oompost-capture", *, max_entries: int = 100_000, stacks: str = "python",
-           once: bool = True, steps: bool = True, max_step_lines: int = 20_000) -> Recorder:
+           once: bool = True, steps: bool = True, max_step_lines: int = 20_000, context: str = "alloc") -> Recorder:
     """Start recording (see the module docstring); returns the Recorder.
 
     ``max_entries`` bounds the trace ring buffer (and the pickle size);
@@ -465,7 +472,7 @@ def enable(dir: str = "oompost-capture", *, max_entries: int = 100_000, stacks: 
     if _ACTIVE is not None:
         _ACTIVE.stop()
     return Recorder(dir, max_entries=max_entries, stacks=stacks, once=once, steps=steps,
-                    max_step_lines=max_step_lines).start()
+                    max_step_lines=max_step_lines, context=context).start()
 
 
 def disable() -> None:
