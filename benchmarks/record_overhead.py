@@ -37,8 +37,8 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=6, help="blocks per arm (off/on alternate)")
     ap.add_argument("--block-steps", type=int, default=20)
     ap.add_argument("--max-entries", type=int, default=100_000)
-    ap.add_argument("--context", default="alloc", choices=["alloc", "all"],
-                    help="torch's history context: stacks at allocations only (oompost's default) or also at frees")
+    ap.add_argument("--context", default="all", choices=["alloc", "all"],
+                    help="torch's history context: stacks at allocations and frees (oompost's default) or at allocations only")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 

@@ -159,7 +159,7 @@ def test_files_per_rank_and_snapshot_at_oom(tmp_path: Path, torch_fake: types.Si
     rec = oompost.record(dir=str(tmp_path))
     assert rec.enabled and rec.history
     assert t.cuda.history_calls[0] == {"enabled": "all", "max_entries": 100_000, "stacks": "python",
-                                       "context": "alloc"}     # no stacks gathered at frees: oompost never reads them
+                                       "context": "all"}
     for _ in range(5):
         t.cuda.allocated += GiB // 2
         _optimizer_step(t)

@@ -116,13 +116,13 @@ class Recorder:
 
     def __init__(self, dir: str = "oompost-capture", *, max_entries: int = 100_000, stacks: str = "python",
                  once: bool = True, steps: bool = True, max_step_lines: int = 20_000,
-                 context: str = "alloc") -> None:
+                 context: str = "all") -> None:
         self.dir = os.fspath(dir)
         self.max_entries = int(max_entries)
         self.stacks = stacks
-        # "alloc": stacks for allocations only.  oompost pairs each free with its allocation's
-        # stack itself, so the stacks torch would gather at every free ("all") are never read,
-        # and they are half the per-step cost of recording.
+        # torch's history context: "all" (stacks at allocations and frees, torch's default) or
+        # "alloc" (allocations only; oompost pairs each free with its allocation's stack itself).
+        # Measured on the H200 (docs/record.md), "alloc" saves nothing within the noise.
         self.context = context
         self.once = once
         self.auto_steps = steps
@@ -463,7 +463,7 @@ def _engine_config(engine: Any) -> dict[str, Any] | None:
 
 
 def enable(dir: str = "oompost-capture", *, max_entries: int = 100_000, stacks: str = "python",
-           once: bool = True, steps: bool = True, max_step_lines: int = 20_000, context: str = "alloc") -> Recorder:
+           once: bool = True, steps: bool = True, max_step_lines: int = 20_000, context: str = "all") -> Recorder:
     """Start recording (see the module docstring); returns the Recorder.
 
     ``max_entries`` bounds the trace ring buffer (and the pickle size);

@@ -34,8 +34,8 @@ t0=$SECONDS
 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync timeout 40 python3 tools/record/async_backend.py $CAP/async \
   > $OUT/logs/async.log 2>&1; echo "async rc=$? $((SECONDS-t0))s"; tail -3 $OUT/logs/async.log
 t0=$SECONDS
-# the overhead, with oompost's default (stacks at allocations only) and with torch's "all" for comparison
-for ctx in ${OVERHEAD_CONTEXTS-alloc all}; do
+# the overhead with oompost's default context ("all") and with "alloc" (stacks at allocations only)
+for ctx in ${OVERHEAD_CONTEXTS-all alloc}; do
   t0=$SECONDS
   timeout 240 python3 benchmarks/record_overhead.py --context $ctx ${OVERHEAD_ARGS:---blocks 10 --block-steps 25} \
     --out $OUT/overhead_$ctx.json > $OUT/logs/overhead_$ctx.log 2>&1
