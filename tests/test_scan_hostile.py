@@ -124,3 +124,31 @@ def test_hostile_pickle_alone_runs_nothing_through_analyze(tmp_path: Path) -> No
     except InputError:
         pass
     assert not marker.exists()
+
+
+def test_a_memo_bomb_pickle_is_refused_without_taking_the_memory(tmp_path: Path) -> None:
+    """A 14-byte pickle whose LONG_BINPUT names memo slot 1,260,480,601: CPython's unpickler
+    would grow its memo to that size (the sniff fuzzer's 100 KB snapshot reached 19 GB).
+    The load is refused with a clear error, and the process stays small."""
+    import resource
+    import subprocess
+    import sys
+
+    bomb = tmp_path / "snapshot.pickle"
+    bomb.write_bytes(b"\x80\x02N" + b"r" + (1_260_480_601).to_bytes(4, "little") + b".")
+    code = ("import resource, sys\n"
+            "from oompost.parsers.snapshot import load_snapshot\n"
+            "from oompost.errors import SnapshotError\n"
+            "try:\n"
+            f"    load_snapshot({str(bomb)!r})\n"
+            "except SnapshotError as e:\n"
+            "    print('refused:', e)\n"
+            "print('limit_restored', resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY)\n"
+            "print('maxrss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "refused:" in r.stdout and "more memory than a snapshot of its size can need" in r.stdout
+    maxrss_mb = int(r.stdout.split("maxrss_kb")[1]) / 1024
+    assert maxrss_mb < 500, maxrss_mb
+    if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:          # (as on CI)
+        assert "limit_restored True" in r.stdout                  # the ceiling is lifted after the load

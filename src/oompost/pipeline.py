@@ -56,7 +56,7 @@ def analyze(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     usable = [i for i in ev.inputs if i.kind is not InputKind.UNKNOWN and not (
         i.kind is InputKind.SNAPSHOT and not ev.snapshots)]
     if not usable:
-        reasons = "; ".join(f"{i.path}: {', '.join(i.warnings) or 'not a log, snapshot or config'}"
+        reasons = "; ".join(_said_of(i.path, ", ".join(i.warnings) or "not a log, snapshot or config")
                             for i in ev.inputs) or "no files found"
         raise InputError(f"nothing usable in the inputs ({reasons})")
     return report_from_evidence(ev)
@@ -76,6 +76,11 @@ def _config_file_given(paths: list[str], ds_config: str | None) -> bool:
         except InputError:
             continue
     return False
+
+
+def _said_of(path: str, why: str) -> str:
+    """``path: why``, without the path twice when the warning already starts with it."""
+    return why if why.startswith(f"{path}:") else f"{path}: {why}"
 
 
 def report_from_evidence(ev: Evidence) -> Report:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import gc
 import io
 import operator
+import os
 import pickle
 from collections import Counter
 from collections.abc import Iterable
@@ -35,6 +36,7 @@ from typing import Any
 from ..errors import HostilePickleError, SnapshotError
 from ..model import NO_TIME, Block, Frame, Segment, Snapshot, Trace
 from ..sources import open_binary
+from .memguard import address_space_budget, load_budget
 
 CAPTURE_HINT = ("capture one with torch.cuda.memory._record_memory_history(max_entries=100000) and, at the "
                 "OOM, torch.cuda.memory._dump_snapshot('snapshot.pickle') — or run under "
@@ -118,16 +120,25 @@ def _load(path: str) -> Snapshot:
         if not head:
             raise SnapshotError(f"{path}: empty file; {CAPTURE_HINT}")
         try:
-            raw = RestrictedUnpickler(f).load()
+            with address_space_budget(load_budget(_size(path), compressed=head[:2] == b"\x1f\x8b")):
+                raw = RestrictedUnpickler(f).load()
         except HostilePickleError as e:
             raise HostilePickleError(f"{path}: {e}") from None
         except RecursionError:
             raise SnapshotError(f"{path}: pickle nests too deeply to be a memory snapshot; {CAPTURE_HINT}") from None
         except MemoryError:
-            raise SnapshotError(f"{path}: pickle too large to load in memory") from None
+            raise SnapshotError(f"{path}: the pickle asks for more memory than a snapshot of its size can need "
+                                "(a corrupt or hostile length or memo index); not loaded") from None
         except Exception as e:  # EOFError, UnpicklingError, gzip's BadGzipFile/EOFError, ValueError...
             raise SnapshotError(f"{path}: {_describe_failure(head, e)}; {CAPTURE_HINT}") from None
     return decode_snapshot(raw, path, consume=True)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _describe_failure(head: bytes, e: BaseException) -> str:
