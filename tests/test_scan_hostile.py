@@ -144,7 +144,10 @@ def test_a_memo_bomb_pickle_is_refused_without_taking_the_memory(tmp_path: Path)
             "except SnapshotError as e:\n"
             "    print('refused:', e)\n"
             "print('limit_restored', resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY)\n"
-            "print('maxrss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+            # VmHWM, not ru_maxrss: ru_maxrss survives exec, so a child of a large pytest
+            # process would report its parent's peak (CI saw 1,036 MB from a 14-byte input)
+            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"
+            "print('maxrss_kb', int(hwm.split()[1]))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "refused:" in r.stdout and "more memory than a snapshot of its size can need" in r.stdout
