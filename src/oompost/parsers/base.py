@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 from ..model import (DsConfigSeen, Evidence, Fact, Failure, InputInfo, MemoryReading, OomEvent,
                      ParseWarning, RankExit, Snapshot, SourceRef)
@@ -94,6 +94,10 @@ class LineParser(Protocol):
         """End of file: flush any pending multi-line construct."""
 
 
+def _ignore(sentinels: tuple[str, ...]) -> None:
+    pass
+
+
 class SentinelParser:
     """A single-line parser fed only the lines holding one of its ``SENTINELS`` (literal substrings)."""
 
@@ -105,7 +109,14 @@ class SentinelParser:
         self.path = path
         self.out = out
         self.rank_hint = rank_hint
+        self.on_narrow: Callable[[tuple[str, ...]], None] = _ignore
         self.setup()
+
+    def narrow(self, sentinels: tuple[str, ...]) -> None:
+        """From now on, offer this parser only the lines holding one of ``sentinels``
+        (a subset of ``SENTINELS``: the parser promises that no other line could
+        change what it reports).  The line driver binds ``on_narrow``."""
+        self.on_narrow(sentinels)
 
     def __init_subclass__(cls, **kw: object) -> None:
         super().__init_subclass__(**kw)

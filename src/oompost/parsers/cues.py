@@ -134,6 +134,7 @@ class CueParser(SentinelParser):
         self._pending = {k: (_literal(s), pat) for k, (s, pat) in CUES.items()}
         self._lines = 0
         self._readings = 0
+        self._narrowed = False
 
     # Cues are about where a run was: the first sighting of each is what matters, so a long log pays
     # for each pattern only until it is found (and for the memory series only up to a bound).
@@ -163,12 +164,25 @@ class CueParser(SentinelParser):
             if st > p_steps or ep > p_epochs:
                 self._progress = (max(st, p_steps), max(ep, p_epochs), ln)
         pending = self._pending
+        found = False
         for name in tuple(pending):
             sents, pat = pending[name]
             if sents.search(text) and pat.search(text):
                 self._counts[name] = 1
                 self._first[name] = ln
                 del pending[name]
+                found = True
+        if found or not self._narrowed:
+            self._maybe_narrow()
+
+    def _maybe_narrow(self) -> None:
+        """Once the model name, the memory series and the progress can no longer change (found, or
+        past their bounds), only the cues still pending need lines: their sentinels are all it asks for."""
+        p_steps, p_epochs, _ = self._progress
+        if ((self._model is not None or self._lines > self.MODEL_NAME_LINES)
+                and self._readings >= self.SERIES_READINGS and (p_steps >= 50 or p_epochs >= 2)):
+            self._narrowed = True
+            self.narrow(tuple(sorted({s for name in self._pending for s in CUES[name][0]})))
 
     def finish(self) -> None:
         for name, n in self._counts.items():

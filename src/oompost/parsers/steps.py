@@ -110,23 +110,24 @@ class StepParser:
             return
         self._facts(text, ln)
 
-    def feed_raw(self, lineno: int, raw: bytes, prev: bytes) -> bool:
-        """Fast path for lines only this parser wants: a step line with memory
-        figures is kept undecoded (decoded at the end only if it survives the
-        thinning).  Returns False when the line needs the normal path."""
-        if not (b"lloc" in raw or b"reserved" in raw or b"cached" in raw) or STEP_BYTES.search(raw) is None:
-            return False
-        rank = self.rank_hint
-        if raw.startswith(b"[rank"):
-            close = raw.find(b"]:", 5, 12)
-            if close > 5 and raw[5:close].isdigit():
-                rank = int(raw[5:close])
-            else:
-                return False
-        elif raw[:1] in (b"[", b"(") or raw[:1].isdigit():
-            return False                      # another prefix style: take the normal path
-        self._keep_item(rank, (lineno, raw, prev))
-        return True
+    def raw_shape(self, shape: bytes) -> int | None:
+        """Fast path for lines only this parser wants, decided once per line shape (the line with
+        its digits turned into 0s, which reads the same to every test here): a step line with
+        memory figures is kept undecoded (decoded at the end only if it survives the thinning).
+        Returns where its ``[rankN]`` prefix closes (0: no prefix), or None when such lines need
+        the normal path."""
+        if not (b"lloc" in shape or b"reserved" in shape or b"cached" in shape) or STEP_BYTES.search(shape) is None:
+            return None
+        if shape.startswith(b"[rank"):
+            close = shape.find(b"]:", 5, 12)
+            return close if close > 5 and shape[5:close].isdigit() else None
+        if shape[:1] in (b"[", b"(") or shape[:1].isdigit():
+            return None                       # another prefix style: take the normal path
+        return 0
+
+    def take_raw(self, lineno: int, raw: bytes, prev: bytes, close: int) -> None:
+        """A line of a shape ``raw_shape`` accepted."""
+        self._keep_item(int(raw[5:close]) if close else self.rank_hint, (lineno, raw, prev))
 
     def _keep(self, ln: LogLine) -> None:
         self._keep_item(line_rank(ln, self.rank_hint), ln)
