@@ -92,6 +92,7 @@ class StepParser:
         self._history: dict[int | None, list[LogLine]] = {}
         self._seen_steps: dict[int | None, int] = {}
         self._stride: dict[int | None, int] = {}
+        self._layouts: dict[bytes, _Layout | None] = {}
 
     # Step lines can be most of a 100 MB log.  They are kept cheaply (the last
     # KEEP of each rank, plus every 2**k-th earlier one within a bound) and parsed
@@ -166,24 +167,31 @@ class StepParser:
     # -------------------------------------------------------------- memory
 
     def _memory(self, text: str, ln: LogLine, rank: int | None) -> None:
-        ms = STEP.search(text)
-        if ms is None:
+        layout = self._layout(text)
+        if layout is None:
             return
+        (a, b), figures = layout
         values: dict[str, int] = {}
-        for m in MEM.finditer(text):
-            unit = (m.group("suffix") or m.group("unit") or "").lower()
-            if unit not in _UNITS:
-                continue
-            key = m.group("key").lower().replace(" ", "_")
-            kind = "reserved" if ("reserved" in key or "cached" in key) else "allocated"
-            slot = ("max_" if key.startswith("max") else "") + kind
-            values.setdefault(slot, int(float(m.group("num")) * _UNITS[unit]))
-        if not values:
-            return
+        for slot, c, d, mult in figures:
+            values[slot] = int(float(text[c:d]) * mult)
         self.out.memory.append(MemoryReading(
-            ref(self.path, ln), label="step", step=int(ms.group("step")), rank=rank,
+            ref(self.path, ln), label="step", step=int(text[a:b]), rank=rank,
             allocated=values.get("allocated"), max_allocated=values.get("max_allocated"),
             reserved=values.get("reserved"), max_reserved=values.get("max_reserved")))
+
+    def _layout(self, text: str) -> "_Layout | None":
+        """Where a step line's step number and memory figures are.  The patterns treat every digit
+        alike, so lines that differ only in their digits (a run prints thousands) share one layout,
+        found once."""
+        if not text.isascii():
+            return _layout_of(text)
+        shape = text.encode("ascii").translate(_ZERO)
+        layout = self._layouts.get(shape, _MISSING)
+        if layout is _MISSING:
+            if len(self._layouts) > 4096:
+                self._layouts.clear()
+            layout = self._layouts[shape] = _layout_of(shape.decode("ascii"))
+        return layout  # type: ignore[return-value]
 
     # --------------------------------------------------------------- facts
 
@@ -260,3 +268,30 @@ class StepParser:
             m = TOKENS.search(text)
             if m:
                 self._fact_once("train.step_seq_len", int(m.group("v") or m.group("v2")), ln)
+
+
+_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_MISSING = object()
+# the span of the step number, and (slot, start, end, bytes per unit) of the first figure of each slot
+_Layout = tuple[tuple[int, int], tuple[tuple[str, int, int, int], ...]]
+
+
+def _layout_of(text: str) -> _Layout | None:
+    ms = STEP.search(text)
+    if ms is None:
+        return None
+    figures: list[tuple[str, int, int, int]] = []
+    seen: set[str] = set()
+    for m in MEM.finditer(text):
+        unit = (m.group("suffix") or m.group("unit") or "").lower()
+        if unit not in _UNITS:
+            continue
+        key = m.group("key").lower().replace(" ", "_")
+        kind = "reserved" if ("reserved" in key or "cached" in key) else "allocated"
+        slot = ("max_" if key.startswith("max") else "") + kind
+        if slot not in seen:
+            seen.add(slot)
+            figures.append((slot, *m.span("num"), _UNITS[unit]))
+    if not figures:
+        return None
+    return ms.span("step"), tuple(figures)
