@@ -338,7 +338,7 @@ class LineScanner:
         self.lines_read = 0
         self._direct_bit = 0
         self._classify: Callable[[bytes], object] | None = None
-        self._take: Callable[[int, bytes, bytes, object], None] | None = None
+        self._take: Callable[[list[tuple[int, bytes, bytes, Any]]], None] | None = None
         self._version = 0
         self._compile()
 
@@ -348,10 +348,11 @@ class LineScanner:
         self._compile()
 
     def direct(self, i: int, classify: Callable[[bytes], object],
-               take: Callable[[int, bytes, bytes, object], None]) -> None:
-        """Lines that only consumer ``i`` wants, while no multi-line construct is open, go to
-        ``take(lineno, raw, prev, how)`` where ``how = classify(shape)`` is not None (decided
-        once per shape); the others are yielded as usual."""
+               take: Callable[[list[tuple[int, bytes, bytes, Any]]], None]) -> None:
+        """Lines that only consumer ``i`` wants, while no multi-line construct is open, and
+        whose shape ``classify`` gives a ``how`` for (decided once per shape), go to ``take`` as
+        ``(lineno, raw, prev, how)`` in lists, in file order, each list before any line yielded
+        after it; the others are yielded as usual."""
         self._direct_bit, self._classify, self._take = 1 << i, classify, take
         self._compile()
 
@@ -380,6 +381,7 @@ class LineScanner:
         direct_bit, take = self._direct_bit, self._take
         max_shape, max_shapes = self.MAX_SHAPE_LEN, self.MAX_SHAPES
         zero = _ZERO
+        taken: list[tuple[int, bytes, bytes, Any]] = []
         try:
             for block in _blocks(self.path):
                 lines = block.split(b"\n")
@@ -399,20 +401,21 @@ class LineScanner:
                     for s, bit in digits:
                         if s in line:
                             mask |= bit
-                    if mask:
+                    if mask or self.want_all:
                         if how is not None and mask == direct_bit and not self.want_all:
-                            take(lineno, line.rstrip(b"\r"), prev, how)  # type: ignore[misc]
+                            taken.append((lineno, line.rstrip(b"\r"), prev, how))
                         else:
+                            if taken:
+                                take(taken)  # type: ignore[misc]
+                                taken = []
                             yield lineno, line.rstrip(b"\r"), prev, mask
                             if self._version != version:
                                 shapes, version = self._shapes, self._version
                                 direct_bit, take = self._direct_bit, self._take
-                    elif self.want_all:
-                        yield lineno, line.rstrip(b"\r"), prev, 0
-                        if self._version != version:
-                            shapes, version = self._shapes, self._version
-                            direct_bit, take = self._direct_bit, self._take
                     prev = line
+                if taken:
+                    take(taken)  # type: ignore[misc]
+                    taken = []
         finally:
             self.lines_read = lineno
 

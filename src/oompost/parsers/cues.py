@@ -132,6 +132,7 @@ class CueParser(SentinelParser):
         self._model: tuple[int, LogLine] | None = None
         self._progress: tuple[int, int, LogLine | None] = (0, 0, None)
         self._pending = {k: (_literal(s), pat) for k, (s, pat) in CUES.items()}
+        self._any_pending = _literal(tuple({s for sents, _ in CUES.values() for s in sents}))   # one test per line
         self._lines = 0
         self._readings = 0
         self._narrowed = False
@@ -165,13 +166,17 @@ class CueParser(SentinelParser):
                 self._progress = (max(st, p_steps), max(ep, p_epochs), ln)
         pending = self._pending
         found = False
-        for name in tuple(pending):
-            sents, pat = pending[name]
-            if sents.search(text) and pat.search(text):
-                self._counts[name] = 1
-                self._first[name] = ln
-                del pending[name]
-                found = True
+        if self._any_pending.search(text):
+            for name in tuple(pending):
+                sents, pat = pending[name]
+                if sents.search(text) and pat.search(text):
+                    self._counts[name] = 1
+                    self._first[name] = ln
+                    del pending[name]
+                    found = True
+            if found:
+                left = tuple({s for name in pending for s in CUES[name][0]})
+                self._any_pending = _literal(left) if left else re.compile(r"(?!)")
         if found or not self._narrowed:
             self._maybe_narrow()
 
