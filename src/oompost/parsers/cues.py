@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ..sources import LogLine
-from .base import SentinelParser, ref
+from .base import SentinelParser, memo_by_text, ref
 
 # name -> (sentinels, pattern)
 CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
@@ -67,6 +67,7 @@ MODEL_NAME = re.compile(rf"(?i)(?<![\w.])(?:[\w.-]*/)?(?:{_FAMILIES})[\w.]*?(?:-
                         rf"(?P<u>[bBmM])(?![a-zA-Z0-9])")
 
 
+@memo_by_text
 def model_params_from_name(text: str) -> int | None:
     m = MODEL_NAME.search(text)
     if m is None:
@@ -75,6 +76,7 @@ def model_params_from_name(text: str) -> int | None:
     return int(n) if 1e7 <= n <= 2e12 else None
 
 
+@memo_by_text
 def _figure(text: str) -> tuple[str, float] | None:
     m = _FIGURE.search(text)
     if m is None:
@@ -91,6 +93,7 @@ _PROGRESS = re.compile(r"(?P<bar>\d+)/\d+ \[[\d:]|\b[Ee]poch\s*[:\[]?\s*(?P<epoc
                        r"\b(?:[Ss]tep|[Ii]ter(?:ation)?|global_step)\s*[:=\[]?\s*(?P<step>\d+)")
 
 
+@memo_by_text
 def progress_of(text: str) -> tuple[int, int]:
     """(steps, epochs) a progress line shows; (0, 0) when none."""
     steps = epochs = 0
