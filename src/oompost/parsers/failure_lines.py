@@ -16,7 +16,7 @@ import re
 
 from ..model import Failure, FailureKind
 from ..sources import LogLine
-from .base import SentinelParser, line_rank, ref
+from .base import SentinelParser, memo_by_text, line_rank, ref
 
 # (kind, sentinels, pattern)
 PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
@@ -89,6 +89,21 @@ _OOM_LIT = re.compile("|".join(re.escape(s) for s in _OOM_SENTINELS))
 _COMPILED = tuple((kind, re.compile("|".join(re.escape(s) for s in sents)), pat) for kind, sents, pat in PATTERNS)
 
 
+@memo_by_text
+def _classify(text: str) -> tuple[bool, FailureKind | None]:
+    """Whether a line reads as an OOM, and the failure kind it shows (the first that matches).
+    Once per distinct text: a long log repeats its failure-shaped lines."""
+    if len(text) > 4000:
+        text = text[-4000:]
+    is_oom = bool(_OOM_LIT.search(text) and _ANY_OOM.search(text))
+    for kind, sents, pat in _COMPILED:
+        if sents.search(text) and pat.search(text):
+            if kind is FailureKind.PYTHON_EXCEPTION and _ANY_OOM.search(text):
+                continue
+            return is_oom, kind
+    return is_oom, None
+
+
 def _family(kind: FailureKind) -> str:
     if kind.value.startswith("nccl"):
         return "nccl"
@@ -100,25 +115,28 @@ def _family(kind: FailureKind) -> str:
     return kind.value
 
 
+# "NCCL" is on every NCCL INFO line of a big log; the lines offered are those holding what the
+# NCCL-system pattern's branches need (each branch holds one of these or another kind's sentinel),
+# so every line that "NCCL" let through and that matches is still offered.  The per-kind test in
+# ``feed`` keeps the sentinels above: the same lines match as before.
+_NCCL_BRANCHES = ("NCCL WARN", "NCCL error", "NCCL communicator", "ProcessGroupNCCL", "unhandled system error",
+                  "internal error - please report", "remote process exited", "c10d")
+
+
 class FailureLineParser(SentinelParser):
-    SENTINELS: tuple[str, ...] = tuple(sorted({s for _, sents, _ in PATTERNS for s in sents} | set(_OOM_SENTINELS)))
+    SENTINELS: tuple[str, ...] = tuple(sorted(({s for _, sents, _ in PATTERNS for s in sents} - {"NCCL"})
+                                              | set(_NCCL_BRANCHES) | set(_OOM_SENTINELS)))
 
     def setup(self) -> None:
         self._found: list[tuple[FailureKind, LogLine]] = []
         self._oom: LogLine | None = None
 
     def feed(self, ln: LogLine) -> None:
-        text = ln.text
-        if len(text) > 4000:
-            text = text[-4000:]
-        if self._oom is None and _OOM_LIT.search(text) and _ANY_OOM.search(text):
+        is_oom, kind = _classify(ln.text)
+        if self._oom is None and is_oom:
             self._oom = ln
-        for kind, sents, pat in _COMPILED:
-            if sents.search(text) and pat.search(text):
-                if kind is FailureKind.PYTHON_EXCEPTION and _ANY_OOM.search(text):
-                    continue
-                self._found.append((kind, ln))
-                return
+        if kind is not None:
+            self._found.append((kind, ln))
 
     def finish(self) -> None:
         self._unread_oom()
