@@ -442,13 +442,14 @@ class LineScanner:
         direct_bit, take = self._direct_bit, self._take
         taken: list[tuple[int, bytes, bytes, Any]] = []
         lineno = base + start
+        want_all = self.want_all                # the consumer changes it only when given a line
         for line, (mask, digits, how) in zip(seg, self._infos(seg)):
             lineno += 1
             for s, bit in digits:
                 if s in line:
                     mask |= bit
-            if mask or self.want_all:
-                if how is not None and mask == direct_bit and not self.want_all:
+            if mask or want_all:
+                if how is not None and mask == direct_bit and not want_all:
                     taken.append((lineno, line.rstrip(b"\r"), prev, how))
                 else:
                     if taken:
@@ -457,6 +458,7 @@ class LineScanner:
                     yield lineno, line.rstrip(b"\r"), prev, mask
                     if self._version != version:
                         return lineno - base
+                    want_all = self.want_all
             prev = line
         if taken:
             take(taken)  # type: ignore[misc]
