@@ -15,7 +15,7 @@ per 100 MB), with the analyser's peak RSS under 300 MB whatever the size.
 The analyser's own peak is read from its /proc/self/status (VmHWM) as it
 exits; the process tree (the analyser plus the DeepSpeed validation helper
 it starts when the log dumps a DeepSpeed config) is sampled from /proc every
-50 ms.  CPU is the analyser's and its children's user + system time.
+50 ms.  CPU: the analyser's own user + system time, and with its children's.
 """
 
 from __future__ import annotations
@@ -42,12 +42,13 @@ S_PER_100MB = 5.0
 RSS_LIMIT_MB = 300
 
 # Runs the CLI and writes the process's own peak RSS (VmHWM) to argv[1] when it exits.
-_WRAPPER = ("import atexit, sys\n"
+_WRAPPER = ("import atexit, os, sys\n"
             "def _hwm(path=sys.argv[1]):\n"
             "    with open('/proc/self/status') as f:\n"
             "        kb = next(int(ln.split()[1]) for ln in f if ln.startswith('VmHWM:'))\n"
+            "    t = os.times()\n"
             "    with open(path, 'w') as f:\n"
-            "        f.write(str(kb * 1024))\n"
+            "        f.write(f'{kb * 1024} {t.user + t.system}')\n"
             "atexit.register(_hwm)\n"
             "sys.argv = ['oompost'] + sys.argv[2:]\n"
             "from oompost.cli import main\n"
@@ -91,13 +92,15 @@ def run_analyze(log: str, out: str, hwm_file: str) -> dict:
     err = p.stderr.read().decode(errors="replace") if p.stderr else ""
     if p.returncode != 0:
         raise SystemExit(f"analyze failed (rc {p.returncode}): {err[-2000:]}")
-    own = int(Path(hwm_file).read_text()) if os.path.exists(hwm_file) else None
+    own, own_cpu = (Path(hwm_file).read_text().split() if os.path.exists(hwm_file) else (0, None))
+    own = int(own)
     verdict = ""
     try:
         verdict = json.loads(Path(out, "report.json").read_text())["cause"]
     except (OSError, KeyError, ValueError, TypeError):
         pass
-    return {"wall_s": round(wall, 3), "cpu_s": round(ru.ru_utime + ru.ru_stime, 3), "rc": p.returncode,
+    return {"wall_s": round(wall, 3), "analyser_cpu_s": round(float(own_cpu), 3) if own_cpu else None,
+            "tree_cpu_s": round(ru.ru_utime + ru.ru_stime, 3), "rc": p.returncode,
             "analyser_peak_rss_mib": round(own / 2**20, 1) if own else None,
             "largest_process_peak_rss_mib": round(ru.ru_maxrss / 1024, 1),
             "tree_peak_rss_mib_sampled": round(peak[0] / 2**20, 1), "verdict": verdict}
@@ -134,7 +137,8 @@ def main() -> int:
                          x_wc=round(r["wall_s"] / wc, 1), x_python_loop=round(r["wall_s"] / loop, 2),
                          target_s=target, target_met=passed)
                 results.append(r)
-                print(f"{kind:9s} {size / 2**20:7.1f} MiB  analyze {r['wall_s']:6.2f} s (CPU {r['cpu_s']:6.2f} s)  "
+                print(f"{kind:9s} {size / 2**20:7.1f} MiB  analyze {r['wall_s']:6.2f} s (CPU {r['analyser_cpu_s']:6.2f} s, "
+                      f"with the DeepSpeed helper {r['tree_cpu_s']:6.2f} s)  "
                       f"| wc -l {wc:5.2f} s (x{r['x_wc']:.0f})  python line loop {loop:5.2f} s "
                       f"(x{r['x_python_loop']:.1f})  | peak RSS analyser {r['analyser_peak_rss_mib']} MiB, "
                       f"largest process {r['largest_process_peak_rss_mib']} MiB, tree {r['tree_peak_rss_mib_sampled']} MiB"

@@ -6,7 +6,7 @@ the real DeepSpeed start-up of a capture, 8 ranks of per-step memory lines,
 NCCL INFO lines, progress bars, ending in a real OOM traceback) at several
 sizes — by default 0.5, 1.5 and 5 GiB — and runs ``oompost analyze`` on each
 in a subprocess, sampling the resident memory of the whole process tree (the
-analyser and its line-scanning helper) every 50 ms from /proc.  Bounded means
+analyser and the DeepSpeed validation helper it starts) every 50 ms from /proc.  Bounded means
 the peak does not grow with the file.  ``wc -l`` of the same file is timed in
 the same run as the floor.
 

@@ -50,9 +50,9 @@ def analyze(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
 
     if _config_file_given(paths, ds_config):
         prefetch()                 # DeepSpeed's import overlaps the parsing (it validates the rerun config)
-    ev = parse_paths(paths, ds_config=ds_config)
-    if ev.ds_configs:
-        prefetch()                 # a config dumped in a log: overlap the import with the analysis instead
+    # a config dumped in a log: DeepSpeed's import starts when the dump is read, and overlaps the
+    # rest of the parsing and the analysis (on the other core)
+    ev = parse_paths(paths, ds_config=ds_config, on_ds_config=prefetch)
     usable = [i for i in ev.inputs if i.kind is not InputKind.UNKNOWN and not (
         i.kind is InputKind.SNAPSHOT and not ev.snapshots)]
     if not usable:

@@ -10,7 +10,8 @@ import gzip
 import io
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from itertools import repeat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -328,7 +329,7 @@ class LineScanner:
     """
 
     BLOCK = 4 * 2**20
-    MAX_SHAPES = 1 << 16            # distinct shapes remembered (a log of unique lines clears it now and then)
+    MAX_SHAPE_BYTES = 16 * 2**20     # shapes remembered (a log of unique lines forgets them now and then)
     MAX_SHAPE_LEN = 4096            # longer lines are tested directly
 
     def __init__(self, path: str | os.PathLike[str], groups: list[tuple[str, ...]]) -> None:
@@ -360,64 +361,127 @@ class LineScanner:
         merged = _merged_sentinels(self._groups)
         self._plain = tuple((s, bit) for s, bit in merged.items() if not _has_digit(s))
         self._digits = tuple((s.translate(_ZERO), s, bit) for s, bit in merged.items() if _has_digit(s))
-        self._shapes: dict[bytes, tuple[int, tuple[tuple[bytes, int], ...], object]] = {}
+        self._shapes: dict[bytes, _Info] = {}
+        self._held = 0
         self._version += 1
 
-    def _shape(self, shape: bytes) -> tuple[int, tuple[tuple[bytes, int], ...], object]:
-        mask = 0
-        for s, bit in self._plain:
-            if s in shape:
-                mask |= bit
-        digits = tuple((s, bit) for z, s, bit in self._digits if z in shape)
-        how = None
-        if mask == self._direct_bit and self._classify is not None:
-            how = self._classify(shape)
-        return mask, digits, how
+    def _infos(self, seg: list[bytes]) -> "list[_Info]":
+        """What each line's shape asks for: looked up for the whole list at once (C loops); the
+        shapes not seen before are worked out together (``_new_shapes``)."""
+        keys = list(map(bytes.translate, seg, repeat(_ZERO)))
+        shapes = self._shapes
+        infos = list(map(shapes.get, keys))
+        missing: dict[bytes, list[int]] = {}
+        i = -1
+        try:
+            while True:
+                i = infos.index(None, i + 1)
+                missing.setdefault(keys[i], []).append(i)
+        except ValueError:
+            pass
+        if missing:
+            for (key, where), info in zip(missing.items(), self._new_shapes(list(missing))):
+                if len(key) <= self.MAX_SHAPE_LEN:
+                    self._held += len(key) + 100
+                    if self._held > self.MAX_SHAPE_BYTES:
+                        shapes.clear()
+                        self._held = len(key) + 100
+                    shapes[key] = info
+                for i in where:
+                    infos[i] = info
+        return infos  # type: ignore[return-value]
+
+    def _new_shapes(self, keys: list[bytes]) -> "list[_Info]":
+        """``(mask, digit sentinels, how)`` of each shape.  The sentinels are looked for with
+        ``bytes.find`` over all the new shapes at once (one pass per sentinel): a log of unique
+        lines (addresses, ids) costs what a block-wide search costs, not a test per sentinel
+        per line."""
+        buf = b"\n".join(keys) + b"\n"
+        hits = _candidates(buf, self._plain)
+        # a sentinel with digits can occur in a line only where its zero form occurs in the shape
+        zhits = _candidates(buf, tuple((z, 1 << i) for i, (z, _, _) in enumerate(self._digits)))
+        combos: dict[int, tuple[tuple[bytes, int], ...]] = {0: ()}
+        out: list[_Info] = []
+        off = 0
+        direct_bit, classify = self._direct_bit, self._classify
+        for key in keys:
+            mask = hits.get(off, 0)
+            z = zhits.get(off, 0)
+            off += len(key) + 1
+            digits = combos.get(z)
+            if digits is None:
+                digits = combos[z] = tuple((s, bit) for i, (_, s, bit) in enumerate(self._digits) if z >> i & 1)
+            how = classify(key) if classify is not None and mask == direct_bit else None
+            out.append((mask, digits, how))
+        return out
 
     def __iter__(self) -> Iterator[tuple[int, bytes, bytes, int]]:
         lineno = 0
         prev = b""
-        shapes, version = self._shapes, self._version
-        direct_bit, take = self._direct_bit, self._take
-        max_shape, max_shapes = self.MAX_SHAPE_LEN, self.MAX_SHAPES
-        zero = _ZERO
-        taken: list[tuple[int, bytes, bytes, Any]] = []
         try:
             for block in _blocks(self.path):
                 lines = block.split(b"\n")
                 lines.pop()                     # a block ends with a newline
-                for line in lines:
-                    lineno += 1
-                    if len(line) <= max_shape:
-                        key = line.translate(zero)
-                        info = shapes.get(key)
-                        if info is None:
-                            if len(shapes) >= max_shapes:
-                                shapes.clear()
-                            info = shapes[key] = self._shape(key)
-                    else:
-                        info = self._shape(line.translate(zero))
-                    mask, digits, how = info
-                    for s, bit in digits:
-                        if s in line:
-                            mask |= bit
-                    if mask or self.want_all:
-                        if how is not None and mask == direct_bit and not self.want_all:
-                            taken.append((lineno, line.rstrip(b"\r"), prev, how))
-                        else:
-                            if taken:
-                                take(taken)  # type: ignore[misc]
-                                taken = []
-                            yield lineno, line.rstrip(b"\r"), prev, mask
-                            if self._version != version:
-                                shapes, version = self._shapes, self._version
-                                direct_bit, take = self._direct_bit, self._take
-                    prev = line
-                if taken:
-                    take(taken)  # type: ignore[misc]
-                    taken = []
+                start = 0
+                while start < len(lines):       # again from where a consumer changed its sentinels
+                    start = yield from self._lines(lines, start, lineno, prev)
+                lineno += len(lines)
+                if lines:
+                    prev = lines[-1]
         finally:
             self.lines_read = lineno
+
+    def _lines(self, lines: list[bytes], start: int, base: int, prev: bytes
+               ) -> Generator[tuple[int, bytes, bytes, int], None, int]:
+        """Lines ``start:`` of a block with ``base`` lines before it.  Returns where to go on:
+        the end, or the line after one whose consumer changed its sentinels."""
+        version = self._version
+        seg = lines[start:] if start else lines
+        if start:
+            prev = lines[start - 1]
+        direct_bit, take = self._direct_bit, self._take
+        taken: list[tuple[int, bytes, bytes, Any]] = []
+        lineno = base + start
+        want_all = self.want_all                # the consumer changes it only when given a line
+        for line, (mask, digits, how) in zip(seg, self._infos(seg)):
+            lineno += 1
+            for s, bit in digits:
+                if s in line:
+                    mask |= bit
+            if mask or want_all:
+                if how is not None and mask == direct_bit and not want_all:
+                    taken.append((lineno, line.rstrip(b"\r"), prev, how))
+                else:
+                    if taken:
+                        take(taken)  # type: ignore[misc]
+                        taken = []
+                    yield lineno, line.rstrip(b"\r"), prev, mask
+                    if self._version != version:
+                        return lineno - base
+                    want_all = self.want_all
+            prev = line
+        if taken:
+            take(taken)  # type: ignore[misc]
+        return len(lines)
+
+
+_Info = tuple[int, tuple[tuple[bytes, int], ...], Any]      # (mask, digit sentinels and their bits, how)
+
+
+def _candidates(buf: bytes, sentinels: tuple[tuple[bytes, int], ...]) -> dict[int, int]:
+    """Line start offset → mask of the bits whose sentinels occur on that line (one ``find``
+    pass per sentinel; each line found is skipped to its end)."""
+    hits: dict[int, int] = {}
+    find = buf.find
+    rfind = buf.rfind
+    for s, bit in sentinels:
+        j = find(s)
+        while j >= 0:
+            start = rfind(b"\n", 0, j) + 1
+            hits[start] = hits.get(start, 0) | bit
+            nxt = find(b"\n", j)
+            j = find(s, nxt + 1) if nxt >= 0 else -1
+    return hits
 
 
 _ZERO = bytes.maketrans(b"123456789", b"000000000")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..errors import InputError
 from ..model import DsConfigSeen, Evidence, InputInfo, InputKind, SourceRef
@@ -30,9 +30,11 @@ def _text_parser_factories() -> list:
             failure_lines.FailureLineParser]
 
 
-def parse_paths(paths: Iterable[str], ds_config: str | None = None) -> Evidence:
-    """Parse every input (directories are walked) into one Evidence."""
-    out = EvidenceBuilder()
+def parse_paths(paths: Iterable[str], ds_config: str | None = None,
+                on_ds_config: Callable[[], None] | None = None) -> Evidence:
+    """Parse every input (directories are walked) into one Evidence.  ``on_ds_config`` is
+    called once, as soon as a DeepSpeed config is found (a dump in a log, a file)."""
+    out = EvidenceBuilder(on_ds_config=on_ds_config)
     files = expand_paths(list(paths))
     for path in files:
         parse_file(path, out)
@@ -172,7 +174,7 @@ def _parse_ds_config(path: str, out: EvidenceBuilder, explicit: bool) -> None:
             raise
         out.inputs.append(InputInfo(path, InputKind.DS_CONFIG, (str(e),)))
         return
-    out.ds_configs.append(DsConfigSeen(data, SourceRef(path, None, ""), origin="file"))
+    out.ds_config(DsConfigSeen(data, SourceRef(path, None, ""), origin="file"))
     out.inputs.append(InputInfo(path, InputKind.DS_CONFIG, (), bytes=_size(path)))
 
 

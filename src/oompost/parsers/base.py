@@ -51,6 +51,13 @@ class EvidenceBuilder:
     snapshots: list[Snapshot] = field(default_factory=list)
     warnings: list[ParseWarning] = field(default_factory=list)
     stacks: list[tuple[SourceRef, "Stack"]] = field(default_factory=list)
+    on_ds_config: "Callable[[], None] | None" = None     # called at the first DeepSpeed config found
+
+    def ds_config(self, seen: DsConfigSeen) -> None:
+        self.ds_configs.append(seen)
+        if self.on_ds_config is not None:
+            hook, self.on_ds_config = self.on_ds_config, None
+            hook()
 
     def fact(self, name: str, value: object, r: SourceRef) -> None:
         self.facts.append(Fact(name, value, r))

@@ -181,7 +181,7 @@ class DeepSpeedLogParser:
                 except ValueError:
                     return
                 if isinstance(cfg, dict) and any(k in cfg for k in DS_CFG_KEYS):
-                    self.out.ds_configs.append(DsConfigSeen(cfg, r(), origin="log"))
+                    self.out.ds_config(DsConfigSeen(cfg, r(), origin="log"))
 
     def _label(self, ln: LogLine) -> str:
         """see_memory_usage prints its label on the line before the MA line."""
@@ -227,7 +227,7 @@ class DeepSpeedLogParser:
             self.out.warn(self.path, f"DeepSpeed 'json = {{' dump is not valid JSON ({e})", ln.lineno)
             return
         if isinstance(cfg, dict):
-            self.out.ds_configs.append(DsConfigSeen(cfg, ref(self.path, ln, "json = {…}"), origin="log"))
+            self.out.ds_config(DsConfigSeen(cfg, ref(self.path, ln, "json = {…}"), origin="log"))
 
 
 def _brace_delta(s: str) -> int:

@@ -123,9 +123,14 @@ _NCCL_BRANCHES = ("NCCL WARN", "NCCL error", "NCCL communicator", "ProcessGroupN
                   "internal error - please report", "remote process exited", "c10d")
 
 
+# Likewise "137": the SIGKILL pattern's branch with it reads "code 137", "code: 137", "status 137" or
+# "status: 137" (its other branches hold "-9", "SIGKILL" or "signal 9"); a bare "137" is in step numbers.
+_SIGKILL_137 = ("code 137", "code: 137", "status 137", "status: 137")
+
+
 class FailureLineParser(SentinelParser):
-    SENTINELS: tuple[str, ...] = tuple(sorted(({s for _, sents, _ in PATTERNS for s in sents} - {"NCCL"})
-                                              | set(_NCCL_BRANCHES) | set(_OOM_SENTINELS)))
+    SENTINELS: tuple[str, ...] = tuple(sorted(({s for _, sents, _ in PATTERNS for s in sents} - {"NCCL", "137"})
+                                              | set(_NCCL_BRANCHES) | set(_SIGKILL_137) | set(_OOM_SENTINELS)))
 
     def setup(self) -> None:
         self._found: list[tuple[FailureKind, LogLine]] = []

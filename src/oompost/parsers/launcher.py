@@ -224,8 +224,10 @@ class LauncherParser:
     SENTINELS = ("ChildFailedError", "exitcode", "closing signal", "forcefully exiting", "exits with return code",
                  "Killing subprocess", "spawned with command", "terminated with", "srun: error", "slurmstepd",
                  "ut of memory: Kill", "oom-kill", "cgroup out of memory", "OOMKilled", "Killed", "us error",
-                 "shared memory", "No space left", "137", "ProcessExitedException", "-- Process",
+                 "shared memory", "No space left", " code", " status", "ProcessExitedException", "-- Process",
                  "DataLoader worker", "world_size", "WORLD INFO", "nnodes=", "nproc", "launch.py")
+    # " code" / " status", not "137": every text EXIT_137_RE reads has one of them, and "137" is in
+    # every 1370th step number of a long run (each such line would be decoded for nothing)
     TRIGGER = literal_trigger(SENTINELS)
 
     @property
