@@ -22,6 +22,39 @@
 
 static PyObject *Unsupported;
 
+/* open-addressing map from object address to a small id; keys are objects kept alive
+ * while they are in the map (canonical frames; a batch's own frame lists) */
+typedef struct { void **k; Py_ssize_t *v; Py_ssize_t cap, n; } PtrMap;
+
+static Py_ssize_t pm_get(PtrMap *m, void *k) {
+    if (!m->cap) return -1;
+    size_t h = ((uintptr_t)k >> 4) * 0x9E3779B97F4A7C15ull;
+    for (size_t i = h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (m->k[i] == k) return m->v[i];
+        if (!m->k[i]) return -1;
+    }
+}
+
+static int pm_put(PtrMap *m, void *k, Py_ssize_t v) {
+    if ((m->n + 1) * 2 > m->cap) {
+        Py_ssize_t nc = m->cap ? m->cap * 2 : 1024;
+        void **ok = m->k; Py_ssize_t *ov = m->v, oc = m->cap;
+        m->k = PyMem_Calloc(nc, sizeof(void *)); m->v = PyMem_Malloc(nc * sizeof(Py_ssize_t));
+        if (!m->k || !m->v) { PyMem_Free(m->k); PyMem_Free(m->v); m->k = ok; m->v = ov; PyErr_NoMemory(); return -1; }
+        m->cap = nc; m->n = 0;
+        for (Py_ssize_t i = 0; i < oc; i++) if (ok[i]) pm_put(m, ok[i], ov[i]);
+        PyMem_Free(ok); PyMem_Free(ov);
+    }
+    size_t h = ((uintptr_t)k >> 4) * 0x9E3779B97F4A7C15ull;
+    for (size_t i = h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (m->k[i] == k) { m->v[i] = v; return 0; }
+        if (!m->k[i]) { m->k[i] = k; m->v[i] = v; m->n++; return 0; }
+    }
+}
+
+static void pm_clear(PtrMap *m) { if (m->n) { memset(m->k, 0, m->cap * sizeof(void *)); m->n = 0; } }
+static void pm_free(PtrMap *m) { PyMem_Free(m->k); PyMem_Free(m->v); m->k = NULL; m->v = NULL; m->cap = m->n = 0; }
+
 typedef struct {
     PyObject *list;            /* the trace list (borrowed via memo/stack; we hold a ref) */
     uint8_t *action; int64_t *addr, *size, *stream, *time_us; int32_t *stack;
@@ -46,9 +79,12 @@ typedef struct {
     PyObject *frames;          /* list: canonical frame dict per id */
     PyObject *stack_ids;       /* tuple of frame ids -> int */
     PyObject *stacks;          /* list: canonical frame list per id */
-    PyObject *canon;           /* dict id(obj) -> None for canonical objects */
+    PtrMap canon_frames;       /* canonical frame dict -> frame id */
+    PtrMap canon_stacks;       /* canonical frame list -> stack id */
+    PtrMap batch;              /* frame lists of the entries being appended -> stack id */
     Builder *b; Py_ssize_t nb, bcap;
     PyObject *k_action, *k_addr, *k_size, *k_stream, *k_time, *k_frames, *k_name, *k_filename, *k_line;
+    PyObject *k_device_free, *k_pool_id, *k_user_metadata;
     PyObject *tomb;
 } R;
 
@@ -135,6 +171,8 @@ static PyObject *intern_str(R *r, const char *s, Py_ssize_t n) {
 /* ---- frames and stacks */
 
 static Py_ssize_t frame_id(R *r, PyObject *d) {
+    Py_ssize_t hit = pm_get(&r->canon_frames, d);
+    if (hit >= 0) return hit;
     if (!PyDict_CheckExact(d)) { PyErr_SetString(Unsupported, "frame is not a dict"); return -1; }
     PyObject *name = PyDict_GetItemWithError(d, r->k_name);
     PyObject *fn = name ? PyDict_GetItemWithError(d, r->k_filename) : NULL;
@@ -149,32 +187,28 @@ static Py_ssize_t frame_id(R *r, PyObject *d) {
     else {
         id = PyList_GET_SIZE(r->frames);
         PyObject *iv = PyLong_FromSsize_t(id);
-        if (!iv || PyDict_SetItem(r->frame_ids, key, iv) < 0 || PyList_Append(r->frames, d) < 0) { Py_XDECREF(iv); Py_DECREF(key); return -1; }
+        if (!iv || PyDict_SetItem(r->frame_ids, key, iv) < 0 || PyList_Append(r->frames, d) < 0
+            || pm_put(&r->canon_frames, d, id) < 0) { Py_XDECREF(iv); Py_DECREF(key); return -1; }
         Py_DECREF(iv);
     }
     Py_DECREF(key);
     return id;
 }
 
-static PyObject *canon_key(PyObject *o) { return PyLong_FromVoidPtr(o); }
-
-/* global stack id of a non-empty frame list */
+/* global stack id of a non-empty frame list: the key is the bytes of its frame ids */
 static Py_ssize_t stack_id(R *r, PyObject *lst) {
-    PyObject *pk = canon_key(lst);
-    if (!pk) return -1;
-    PyObject *hit = PyDict_GetItemWithError(r->canon, pk);
-    Py_DECREF(pk);
-    if (hit) return PyLong_AsSsize_t(hit);
-    if (PyErr_Occurred()) return -1;
+    Py_ssize_t hit = pm_get(&r->canon_stacks, lst);
+    if (hit >= 0) return hit;
+    hit = pm_get(&r->batch, lst);
+    if (hit >= 0) return hit;
     Py_ssize_t n = PyList_GET_SIZE(lst);
-    PyObject *key = PyTuple_New(n);
+    PyObject *key = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int32_t));
     if (!key) return -1;
+    int32_t *ids = (int32_t *)PyBytes_AS_STRING(key);
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t f = frame_id(r, PyList_GET_ITEM(lst, i));
         if (f < 0) { Py_DECREF(key); return -1; }
-        PyObject *fv = PyLong_FromSsize_t(f);
-        if (!fv) { Py_DECREF(key); return -1; }
-        PyTuple_SET_ITEM(key, i, fv);
+        ids[i] = (int32_t)f;
     }
     PyObject *v = PyDict_GetItemWithError(r->stack_ids, key);
     Py_ssize_t id;
@@ -183,12 +217,14 @@ static Py_ssize_t stack_id(R *r, PyObject *lst) {
     else {
         id = PyList_GET_SIZE(r->stacks);
         PyObject *iv = PyLong_FromSsize_t(id);
-        PyObject *ck = canon_key(lst);
-        if (!iv || !ck || PyDict_SetItem(r->stack_ids, key, iv) < 0 || PyList_Append(r->stacks, lst) < 0
-            || PyDict_SetItem(r->canon, ck, iv) < 0) { Py_XDECREF(iv); Py_XDECREF(ck); Py_DECREF(key); return -1; }
-        Py_DECREF(iv); Py_DECREF(ck);
+        if (!iv || PyDict_SetItem(r->stack_ids, key, iv) < 0 || PyList_Append(r->stacks, lst) < 0
+            || pm_put(&r->canon_stacks, lst, id) < 0) { Py_XDECREF(iv); Py_DECREF(key); return -1; }
+        Py_DECREF(iv);
+        Py_DECREF(key);
+        return id;
     }
     Py_DECREF(key);
+    if (pm_put(&r->batch, lst, id) < 0) return -1;
     return id;
 }
 
@@ -286,8 +322,17 @@ static int add_entry(R *r, Builder *b, PyObject *e) {
         known++;
     } else if (PyErr_Occurred()) return -1;
     b->stack[i] = local;
-    /* any key beyond the six columns: keep the entry for the Python side's extras */
+    /* the rare fields (device_free, pool_id, user_metadata): keep the entry for the Python side */
+    int rare = 0;
     if (PyDict_GET_SIZE(e) > known) {
+        PyObject *df = PyDict_GetItemWithError(e, r->k_device_free);
+        PyObject *pid = df || !PyErr_Occurred() ? PyDict_GetItemWithError(e, r->k_pool_id) : NULL;
+        PyObject *um = pid || !PyErr_Occurred() ? PyDict_GetItemWithError(e, r->k_user_metadata) : NULL;
+        if (PyErr_Occurred()) return -1;
+        rare = (df && df != Py_None) || (pid && pid != Py_None);
+        if (!rare && um) { rare = PyObject_IsTrue(um); if (rare < 0) { PyErr_Clear(); rare = 1; } }
+    }
+    if (rare) {
         PyObject *iv = PyLong_FromSsize_t(i);
         PyObject *pair = iv ? PyTuple_Pack(2, iv, e) : NULL;
         Py_XDECREF(iv);
@@ -335,6 +380,7 @@ static int do_appends(R *r, Py_ssize_t from) {
     PyObject *lst = r->stack[from - 1];
     Py_ssize_t n = r->sp - from;
     if (!PyList_CheckExact(lst)) FAIL("append to a non-list");
+    if (pm_get(&r->canon_stacks, lst) >= 0) FAIL("a frame list changed after it was interned");
     Builder *b = builder_of(r, lst, 0);
     if (!b && n && PyList_GET_SIZE(lst) == 0 && is_entry(r, r->stack[from])) {
         b = builder_of(r, lst, 1);
@@ -350,6 +396,7 @@ static int do_appends(R *r, Py_ssize_t from) {
         for (Py_ssize_t k = from; k < r->sp; k++) Py_DECREF(r->stack[k]);
         r->sp = from;
         if (start != PY_SSIZE_T_MAX && sweep(r, start) < 0) return -1;
+        pm_clear(&r->batch);
         return 0;
     }
     for (Py_ssize_t k = from; k < r->sp; k++) {
@@ -364,6 +411,7 @@ static int do_setitems(R *r, Py_ssize_t from) {
     if (from < 1 || (r->sp - from) % 2) FAIL("bad setitems");
     PyObject *d = r->stack[from - 1];
     if (!PyDict_CheckExact(d)) FAIL("setitems on a non-dict");
+    if (pm_get(&r->canon_frames, d) >= 0) FAIL("a frame changed after it was interned");
     for (Py_ssize_t k = from; k < r->sp; k += 2)
         if (PyDict_SetItem(d, r->stack[k], r->stack[k + 1]) < 0) { PyErr_Clear(); FAIL("unhashable key"); }
     for (Py_ssize_t k = from; k < r->sp; k++) Py_DECREF(r->stack[k]);
@@ -550,7 +598,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     r.file = file; r.safe = safe;
     PyObject *result = NULL, *out = NULL, *traces = NULL;
     r.strings = PyDict_New(); r.frame_ids = PyDict_New(); r.frames = PyList_New(0);
-    r.stack_ids = PyDict_New(); r.stacks = PyList_New(0); r.canon = PyDict_New();
+    r.stack_ids = PyDict_New(); r.stacks = PyList_New(0);
     { PyObject *vals = PyDict_Values(safe); r.safe_types = vals ? PySequence_Tuple(vals) : NULL; Py_XDECREF(vals); }
     r.tomb = PyList_New(0);  /* a private object nothing else holds */
     r.k_action = PyUnicode_InternFromString("action"); r.k_addr = PyUnicode_InternFromString("addr");
@@ -558,8 +606,10 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     r.k_time = PyUnicode_InternFromString("time_us"); r.k_frames = PyUnicode_InternFromString("frames");
     r.k_name = PyUnicode_InternFromString("name"); r.k_filename = PyUnicode_InternFromString("filename");
     r.k_line = PyUnicode_InternFromString("line");
-    if (!r.strings || !r.frame_ids || !r.frames || !r.stack_ids || !r.stacks || !r.canon || !r.safe_types || !r.tomb
-        || !r.k_action || !r.k_line) goto done;
+    r.k_device_free = PyUnicode_InternFromString("device_free"); r.k_pool_id = PyUnicode_InternFromString("pool_id");
+    r.k_user_metadata = PyUnicode_InternFromString("user_metadata");
+    if (!r.strings || !r.frame_ids || !r.frames || !r.stack_ids || !r.stacks || !r.safe_types || !r.tomb
+        || !r.k_action || !r.k_line || !r.k_user_metadata) goto done;
     if (run(&r, &result) < 0) goto done;
     traces = PyList_New(0);
     if (!traces) goto done;
@@ -577,9 +627,10 @@ done:
     for (Py_ssize_t i = 0; i < r.nb; i++) free_builder(&r.b[i]);
     PyMem_Free(r.stack); PyMem_Free(r.smemo); PyMem_Free(r.marks); PyMem_Free(r.memo); PyMem_Free(r.b);
     Py_XDECREF(r.buf); Py_XDECREF(r.strings); Py_XDECREF(r.frame_ids); Py_XDECREF(r.frames);
-    Py_XDECREF(r.stack_ids); Py_XDECREF(r.stacks); Py_XDECREF(r.canon); Py_XDECREF(r.safe_types); Py_XDECREF(r.tomb);
+    Py_XDECREF(r.stack_ids); Py_XDECREF(r.stacks); pm_free(&r.canon_frames); pm_free(&r.canon_stacks); pm_free(&r.batch); Py_XDECREF(r.safe_types); Py_XDECREF(r.tomb);
     Py_XDECREF(r.k_action); Py_XDECREF(r.k_addr); Py_XDECREF(r.k_size); Py_XDECREF(r.k_stream); Py_XDECREF(r.k_time);
     Py_XDECREF(r.k_frames); Py_XDECREF(r.k_name); Py_XDECREF(r.k_filename); Py_XDECREF(r.k_line);
+    Py_XDECREF(r.k_device_free); Py_XDECREF(r.k_pool_id); Py_XDECREF(r.k_user_metadata);
     return out;
 }
 
