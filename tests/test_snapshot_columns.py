@@ -185,3 +185,17 @@ def test_data_only_types_are_built_without_importing(tmp_path: Path, monkeypatch
     p.write_bytes(data)
     slow, fast = _both(str(p), monkeypatch)
     assert slow == fast
+
+
+@needs_ext
+def test_short_reads_give_the_same_columns() -> None:
+    """A stream that returns fewer bytes than asked (a pipe) is read until it ends."""
+    class Trickle(io.BytesIO):
+        def read(self, n: int | None = -1) -> bytes:
+            return super().read(7)
+
+    ext = snapshot_columns._snapcols
+    data = pickle.dumps(_odd_snapshot(), protocol=4)
+    _, whole, _ = ext.decode(io.BytesIO(data), dict(_DATA_ONLY))
+    _, trickled, _ = ext.decode(Trickle(data), dict(_DATA_ONLY))
+    assert [row[1:8] for row in whole] == [row[1:8] for row in trickled]

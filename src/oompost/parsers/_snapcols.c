@@ -92,20 +92,21 @@ typedef struct {
 
 static int refill(R *r, Py_ssize_t need) {
     /* make r->p[pos .. pos+need) available */
-    Py_ssize_t have = r->len - r->pos;
-    if (have >= need) return 0;
-    Py_ssize_t want = need - have; if (want < (1 << 20)) want = 1 << 20;
-    PyObject *more = PyObject_CallMethod(r->file, "read", "n", want);
-    if (!more) return -1;
-    if (!PyBytes_Check(more)) { Py_DECREF(more); FAIL("read() did not return bytes"); }
-    Py_ssize_t m = PyBytes_GET_SIZE(more);
-    PyObject *nb = PyBytes_FromStringAndSize(NULL, have + m);
-    if (!nb) { Py_DECREF(more); return -1; }
-    if (have) memcpy(PyBytes_AS_STRING(nb), r->p + r->pos, have);
-    memcpy(PyBytes_AS_STRING(nb) + have, PyBytes_AS_STRING(more), m);
-    Py_DECREF(more);
-    Py_XDECREF(r->buf); r->buf = nb; r->p = PyBytes_AS_STRING(nb); r->len = have + m; r->pos = 0;
-    if (r->len < need) FAIL("truncated");
+    while (r->len - r->pos < need) {        /* short reads (pipes, some streams): read again */
+        Py_ssize_t have = r->len - r->pos;
+        Py_ssize_t want = need - have; if (want < (1 << 20)) want = 1 << 20;
+        PyObject *more = PyObject_CallMethod(r->file, "read", "n", want);
+        if (!more) return -1;
+        if (!PyBytes_Check(more)) { Py_DECREF(more); FAIL("read() did not return bytes"); }
+        Py_ssize_t m = PyBytes_GET_SIZE(more);
+        if (m == 0) { Py_DECREF(more); FAIL("truncated"); }
+        PyObject *nb = PyBytes_FromStringAndSize(NULL, have + m);
+        if (!nb) { Py_DECREF(more); return -1; }
+        if (have) memcpy(PyBytes_AS_STRING(nb), r->p + r->pos, have);
+        memcpy(PyBytes_AS_STRING(nb) + have, PyBytes_AS_STRING(more), m);
+        Py_DECREF(more);
+        Py_XDECREF(r->buf); r->buf = nb; r->p = PyBytes_AS_STRING(nb); r->len = have + m; r->pos = 0;
+    }
     return 0;
 }
 
