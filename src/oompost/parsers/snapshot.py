@@ -37,6 +37,7 @@ from ..errors import HostilePickleError, SnapshotError
 from ..model import NO_TIME, Block, Frame, Segment, Snapshot, Trace
 from ..sources import open_binary
 from .memguard import address_space_budget, load_budget
+from .snapshot_columns import Columns, decode_columns
 
 CAPTURE_HINT = ("capture one with torch.cuda.memory._record_memory_history(max_entries=100000) and, at the "
                 "OOM, torch.cuda.memory._dump_snapshot('snapshot.pickle') — or run under "
@@ -119,9 +120,16 @@ def _load(path: str) -> Snapshot:
             raise SnapshotError(f"{path}: unreadable compressed file ({_one_line(e)}); {CAPTURE_HINT}") from None
         if not head:
             raise SnapshotError(f"{path}: empty file; {CAPTURE_HINT}")
+        prebuilt: _Prebuilt | None = None
         try:
             with address_space_budget(load_budget(_size(path), compressed=head[:2] == b"\x1f\x8b")):
-                raw = RestrictedUnpickler(f).load()
+                fast = decode_columns(f, _DATA_ONLY)
+                if fast is not None and _matches(fast[0], fast[1]):
+                    raw, prebuilt = fast[0], _Prebuilt(fast[1], fast[2])
+                else:
+                    del fast
+                    f.seek(0)
+                    raw = RestrictedUnpickler(f).load()
         except HostilePickleError as e:
             raise HostilePickleError(f"{path}: {e}") from None
         except RecursionError:
@@ -131,7 +139,44 @@ def _load(path: str) -> Snapshot:
                                 "(a corrupt or hostile length or memo index); not loaded") from None
         except Exception as e:  # EOFError, UnpicklingError, gzip's BadGzipFile/EOFError, ValueError...
             raise SnapshotError(f"{path}: {_describe_failure(head, e)}; {CAPTURE_HINT}") from None
-    return decode_snapshot(raw, path, consume=True)
+    return decode_snapshot(raw, path, consume=True, prebuilt=prebuilt)
+
+
+class _Prebuilt:
+    """Trace columns the compiled decoder built (``snapshot_columns``), keyed by
+    the identity of the (empty) trace list they came from."""
+
+    def __init__(self, columns: list[Columns], frame_lists: list[Any]) -> None:
+        self.by_list = {c.list_id: c for c in columns}
+        self.frame_lists = frame_lists
+        self.stacks: list[tuple[Frame, ...]] | None = None
+
+    def trace(self, dev_trace: Any, interner: _Interner) -> Trace | None:
+        cols = self.by_list.get(id(dev_trace))
+        if cols is None:
+            return None
+        if self.stacks is None:
+            self.stacks = [interner.stack(fl) for fl in self.frame_lists]
+        return cols.trace(self.stacks, _entry_extra)
+
+
+def _matches(raw: Any, columns: list[Columns]) -> bool:
+    """Whether every column set belongs to one of ``raw['device_traces']``'s lists
+    (a trace-like list anywhere else would lose its items: use the fallback)."""
+    if not columns:
+        return True
+    traces = raw.get("device_traces") if isinstance(raw, dict) and "segments" in raw else None
+    ids = {id(t) for t in traces if isinstance(t, list)} if isinstance(traces, (list, tuple)) else set()
+    return all(c.list_id in ids for c in columns)
+
+
+def _entry_extra(e: dict[str, Any]) -> tuple[int | None, tuple[int, int] | None, str] | None:
+    """An entry's rare fields, as ``_Columns._fast`` reads them (None when all are absent)."""
+    df, pid, um = e.get("device_free"), e.get("pool_id"), e.get("user_metadata", "")
+    if df is None and pid is None and not um:
+        return None
+    return (df if (df is None or type(df) is int) else _int(df), None if pid is None else _pool_id(pid),
+            um if type(um) is str else str(um))
 
 
 def _size(path: str) -> int:
@@ -219,7 +264,8 @@ def _pool_id(v: Any) -> tuple[int, int]:
     return (0, 0)
 
 
-def decode_snapshot(raw: Any, path: str = "<memory>", consume: bool = False) -> Snapshot:
+def decode_snapshot(raw: Any, path: str = "<memory>", consume: bool = False,
+                    prebuilt: _Prebuilt | None = None) -> Snapshot:
     """Turn the unpickled builtins into a ``Snapshot`` (no I/O; usable on dicts from tests).
     ``consume=True`` empties the trace lists of ``raw`` while decoding them, so
     their entries are freed as soon as they are columns."""
@@ -266,7 +312,7 @@ def decode_snapshot(raw: Any, path: str = "<memory>", consume: bool = False) -> 
                             f"not a snapshot; {CAPTURE_HINT}")
     if legacy:
         fmt = "legacy_history"
-    traces = _decode_traces(raw_traces, interner, warnings, consume) if raw_traces is not None else ()
+    traces = _decode_traces(raw_traces, interner, warnings, consume, prebuilt) if raw_traces is not None else ()
     if isinstance(raw, dict) and not any(traces):
         warnings.append("no device_traces: allocator history was not recorded "
                         "(enable torch.cuda.memory._record_memory_history before the OOM)")
@@ -345,7 +391,7 @@ _CHUNK = 1 << 16
 
 
 def _decode_traces(raw_traces: Any, interner: _Interner, warnings: list[str],
-                   consume: bool = False) -> tuple[Trace, ...]:
+                   consume: bool = False, prebuilt: _Prebuilt | None = None) -> tuple[Trace, ...]:
     """``device_traces`` → one columnar ``Trace`` per device.
 
     Each device's list is consumed from the front in chunks: a chunk's entries
@@ -360,6 +406,16 @@ def _decode_traces(raw_traces: Any, interner: _Interner, warnings: list[str],
     out: list[Trace] = []
     acc = _Columns(interner)
     for dev_trace in raw_traces:
+        built = prebuilt.trace(dev_trace, interner) if prebuilt is not None else None
+        if built is not None:
+            counts = acc.action_counts
+            import numpy as np
+
+            for code, k in enumerate(np.bincount(built.action, minlength=len(built.actions)).tolist()):
+                if k:
+                    counts[built.actions[code]] = counts.get(built.actions[code], 0) + k
+            out.append(built)
+            continue
         acc.reset()
         if isinstance(dev_trace, list) and consume:
             while dev_trace:
@@ -408,7 +464,8 @@ class _Columns:
         dtypes = (np.uint8, np.int64, np.int64, np.int64, np.int64, np.int32)
         arrays = [np.concatenate(c) if c else np.zeros(0, dt) for c, dt in zip(cols, dtypes)]
         self.parts = []
-        return Trace(*arrays, actions=tuple(self.codes), stacks=tuple(self.stacks), extra=self.extra)
+        arrays[5], stacks = _first_seen_order(arrays[5], self.stacks)
+        return Trace(*arrays, actions=tuple(self.codes), stacks=tuple(stacks), extra=self.extra)
 
     def _code(self, action: Any) -> int:
         if not isinstance(action, str):
@@ -531,6 +588,27 @@ class _Columns:
                 extra[i] = (None if df is None else _int(df), None if pid is None else _pool_id(pid),
                             um if type(um) is str else str(um))
         return action, addr, size, stream, time_us, stack, extra
+
+
+def _first_seen_order(stack: Any, stacks: list[tuple[Frame, ...]]) -> tuple[Any, list[tuple[Frame, ...]]]:
+    """Stack indices renumbered by first appearance in the trace (0 stays the
+    empty stack), the order the compiled decoder produces, so both paths give
+    identical columns."""
+    import numpy as np
+
+    n_st = len(stacks)
+    n = len(stack)
+    if n_st <= 1 or not n:
+        return stack, stacks
+    first = np.full(n_st, n, np.int64)
+    first[stack[::-1]] = np.arange(n - 1, -1, -1)      # repeated indices: the last write (the earliest) wins
+    first[0] = -1
+    order = np.argsort(first, kind="stable")
+    if (order == np.arange(n_st)).all():
+        return stack, stacks
+    remap = np.empty(n_st, np.int32)
+    remap[order] = np.arange(n_st, dtype=np.int32)
+    return remap[stack], [stacks[k] for k in order.tolist()]
 
 
 def _grouped(action: Any, addr: Any, codes: list[int]) -> tuple[Any, Any, Any]:
