@@ -148,12 +148,17 @@ class StepParser:
         for rank, group in by_rank.items():
             self._keep_many(rank, group)
 
-    def _keep_many(self, rank: int | None, items: list) -> None:
+    def _tail(self, rank: int | None) -> "collections.deque":
+        """The rank's last KEEP step lines (created, with its count and history, on first use)."""
         tail = self._tails.get(rank)
         if tail is None:
             tail = self._tails[rank] = collections.deque(maxlen=self.KEEP)
             self._seen_steps[rank] = 0
             self._history[rank] = []
+        return tail
+
+    def _keep_many(self, rank: int | None, items: list) -> None:
+        tail = self._tail(rank)
         n = self._seen_steps[rank]
         k = len(items)
         self._seen_steps[rank] = n + k
@@ -180,11 +185,7 @@ class StepParser:
         self._keep_item(line_rank(ln, self.rank_hint), ln)
 
     def _keep_item(self, rank: int | None, item: object) -> None:
-        tail = self._tails.get(rank)
-        if tail is None:
-            tail = self._tails[rank] = collections.deque(maxlen=self.KEEP)
-            self._seen_steps[rank] = 0
-            self._history[rank] = []
+        tail = self._tail(rank)
         n = self._seen_steps[rank]
         self._seen_steps[rank] = n + 1
         if len(tail) == tail.maxlen:
