@@ -199,3 +199,29 @@ def test_short_reads_give_the_same_columns() -> None:
     _, whole, _ = ext.decode(io.BytesIO(data), dict(_DATA_ONLY))
     _, trickled, _ = ext.decode(Trickle(data), dict(_DATA_ONLY))
     assert [row[1:8] for row in whole] == [row[1:8] for row in trickled]
+
+
+def _s(text: str) -> bytes:
+    b = text.encode()
+    return b"\x8c" + bytes([len(b)]) + b
+
+
+def test_a_frame_changed_after_its_entry_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hand-written pickle that adds to a frame dict after an entry used it (no
+    pickler writes this): the Python path sees the changed frame, so the compiled
+    reader must decline rather than keep the interned one."""
+    frame = b"}q\x06(" + _s("name") + _s("f") + _s("filename") + _s("a.py") + _s("line") + b"K\x01u"
+    entry = (b"}q\x04(" + _s("action") + _s("alloc") + _s("addr") + b"K\x10" + _s("size") + b"K\x20"
+             + _s("frames") + b"]q\x05(" + frame + b"eu")
+    data = (b"\x80\x04}q\x00(" + _s("segments") + b"]q\x01" + _s("device_traces") + b"]q\x02(]q\x03("
+            + entry + b"ee" + _s("x") + b"h\x06(" + _s("line") + b"K\x02u" + b"u.")
+    p = tmp_path / "snap.pickle"
+    p.write_bytes(data)
+    if snapshot_columns._snapcols is not None:
+        unchanged = data.replace(b"h\x06(" + _s("line") + b"K\x02u", b"h\x06")
+        assert _decodes_fast(unchanged)            # the same file without the change takes the fast path
+        assert not _decodes_fast(data)
+        slow, fast = _both(str(p), monkeypatch)
+        assert slow == fast
+    snap = load_snapshot(str(p))
+    assert snap.traces[0].stacks[snap.traces[0].stack[0]][0].line == 2
