@@ -52,8 +52,9 @@ CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
 
 # A memory figure printed the same way on many lines ("allocated: 20.4", "| 2417MiB / 12189MiB |",
 # "mem=3.2GB"): the first figure of each line, grouped by the line's shape with the numbers taken out.
-_FIGURE = re.compile(r"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>[KMG]i?B|MB|GB)\b|(?:allocated|memory|mem|reserved)[^\d|]{0,20}"
-                     r"(?P<v2>\d+(?:\.\d+)?)", re.I)
+# ("torch.cuda.memory_allocated(0) 318986240": the device index in parentheses is not the figure)
+_FIGURE = re.compile(r"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>[KMG]i?B|MB|GB)\b|(?:allocated|memory|mem|reserved)"
+                     r"(?:[^\d|]|\(\d+\)){0,20}(?P<v2>\d+(?:\.\d+)?)(?![\d.)])", re.I)
 _UNIT = {"k": 2**10, "m": 2**20, "g": 2**30}
 _NUMS = re.compile(r"\d+(?:\.\d+)?")
 
@@ -83,7 +84,18 @@ def _figure(text: str) -> tuple[str, float] | None:
         v = float(m.group("v")) * _UNIT.get(m.group("u")[0].lower(), 1)
     else:
         v = float(m.group("v2"))
-    return _NUMS.sub("#", text.strip())[:120], v
+    # the shape keeps which device or rank the figure is of ("GPU-1", "memory_allocated(1)", "[rank3]")
+    return _NUMS.sub(_shape_num, text.strip())[:120], v
+
+
+_DEVICE_BEFORE = re.compile(r"(?:GPU[- ]?|cuda:|[Dd]evice[ =:]*|[Rr]ank[ =:\]]*|\()$")
+
+
+def _shape_num(m: "re.Match[str]") -> str:
+    s = m.string
+    if "." not in m.group(0) and len(m.group(0)) <= 2 and _DEVICE_BEFORE.search(s, max(0, m.start() - 8), m.start()):
+        return m.group(0)
+    return "#"
 
 
 # How far training had got: tqdm's "312/1000 [", "Epoch 3", "step 1200", "iter: 450", "[Iteration 77]".
@@ -109,6 +121,8 @@ def growing(values: list[float]) -> bool:
     ups = sum(1 for a, b in zip(values, values[1:]) if b >= a)
     if len(values) >= 5 and ups == len(values) - 1 and values[-1] > 1.01 * values[0]:
         return True                                   # a slow leak: never down, always a little up
+    if all(b > a for a, b in zip(values, values[1:])):
+        return True                                   # up at every reading (DESIGN: ≥3 consecutive steps)
     return values[-1] >= 1.1 * values[0] and ups >= 0.75 * (len(values) - 1)
 
 

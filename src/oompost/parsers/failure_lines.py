@@ -34,6 +34,15 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     (FailureKind.PINNED_HOST, ("cudaHostAlloc", "pin_memory", "pinned", "on host"),
      re.compile(r"cudaHostAlloc|(?:pin_memory|pinned memory|pinned host memory).*(?:out of memory|failed|error)|"
                 r"could not allocate pinned host memory|on host: CUDA_ERROR_OUT_OF_MEMORY")),
+    # a communication library that could not allocate device memory: NCCL's "Cuda failure 2 'out of
+    # memory'" quoted inside another runtime's message (XLA's "Last NCCL warning(error) log entry"),
+    # oneCCL / Level Zero's ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
+    (FailureKind.NCCL_CUDA_OOM, ("Cuda failure", "OUT_OF_DEVICE_MEMORY"),
+     re.compile(r"Cuda failure \d*\s*'out of memory'|(?:CCL|ccl|ze_call|zeCommand).*OUT_OF_DEVICE_MEMORY")),
+    # an older NCCL's error return chain: "host:pid:tid [0] NCCL INFO transport/net.cc:515 -> 2"
+    (FailureKind.NCCL_SYSTEM, (".cc:", ".h:", ".cu:"),
+     # (codes 1, 2, 3, 6 only: an invalid-usage return can be a probe that NCCL handles itself)
+     re.compile(r"NCCL INFO [\w./-]+\.(?:cc|h|cu|cpp):\d+ -> (?P<code>[1236])\b")),
     (FailureKind.NCCL_TIMEOUT, ("Watchdog", "watchdog", "checkTimeout", "timed out", "Timeout", "timeout"),
      re.compile(r"Watchdog caught collective operation timeout|ncclCommWatchdog|WorkNCCL::checkTimeout|"
                 r"watchdogHandler|Some NCCL operations have failed or timed out|collective operation timeout|"
@@ -77,16 +86,24 @@ _ANY_OOM = re.compile(r"out of memory|OutOfMemoryError|OOM when allocating|RESOU
                       r"while trying to allocate \d+ bytes|enough GPU RAM|enough GPU memory|"
                       r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|HIP out of memory|"
                       r"cannot allocate memory|Cannot allocate memory|can't allocate memory|"
-                      r"No available memory for the cache blocks|not enough memory", re.I)
+                      r"No available memory for the cache blocks|not enough memory|"
+                      r"insufficient (?:GPU|device|CUDA) memory", re.I)
 
 
 _OOM_SENTINELS = ("trying to allocate", "enough GPU", "out of memory", "Out of memory", "OutOfMemory", "OOM when", "RESOURCE_EXHAUSTED", "ALLOC_FAILED",
-                  "allocate memory", "No available memory", "not enough memory")
+                  "allocate memory", "No available memory", "not enough memory", "insufficient GPU",
+                  "insufficient device", "insufficient CUDA")
 _HOSTISH = re.compile(r"can't allocate memory|[Cc]annot allocate memory|DefaultCPUAllocator|CPU", re.I)
 
 
 _OOM_LIT = re.compile("|".join(re.escape(s) for s in _OOM_SENTINELS))
 _COMPILED = tuple((kind, re.compile("|".join(re.escape(s) for s in sents)), pat) for kind, sents, pat in PATTERNS)
+
+
+# ncclResult_t codes of an error return chain ("-> 2"); 1 (a CUDA error) says nothing of the network
+_NCCL_RETURN_CODE = {"1": FailureKind.NCCL_OTHER, "2": FailureKind.NCCL_SYSTEM, "3": FailureKind.NCCL_INTERNAL,
+                     "4": FailureKind.NCCL_INVALID_USAGE, "5": FailureKind.NCCL_INVALID_USAGE,
+                     "6": FailureKind.NCCL_REMOTE}
 
 
 def _family(kind: FailureKind) -> str:
@@ -106,6 +123,7 @@ class FailureLineParser(SentinelParser):
     def setup(self) -> None:
         self._found: list[tuple[FailureKind, LogLine]] = []
         self._oom: LogLine | None = None
+        self._chain: list[tuple[FailureKind, LogLine]] = []     # NCCL INFO "file.cc:N -> code" lines
 
     def feed(self, ln: LogLine) -> None:
         text = ln.text
@@ -114,15 +132,22 @@ class FailureLineParser(SentinelParser):
         if self._oom is None and _OOM_LIT.search(text) and _ANY_OOM.search(text):
             self._oom = ln
         for kind, sents, pat in _COMPILED:
-            if sents.search(text) and pat.search(text):
+            if sents.search(text) and (m := pat.search(text)):
                 if kind is FailureKind.PYTHON_EXCEPTION and _ANY_OOM.search(text):
                     continue
+                if "code" in pat.groupindex and m.group("code"):
+                    self._chain.append((_NCCL_RETURN_CODE.get(m.group("code"), FailureKind.NCCL_OTHER), ln))
+                    return
                 self._found.append((kind, ln))
                 return
 
     def finish(self) -> None:
         self._unread_oom()
         self._rekind_generic_exceptions()
+        if self._chain and not self._found and not any(
+                x.ref.source == self.path for x in (*self.out.failures, *self.out.ooms)):
+            # only an error return chain: the WARN that would name the failure was not printed or pasted
+            self._found.append(self._chain[0])
         taken = {(x.ref.source, x.ref.line) for x in (*self.out.failures, *self.out.ooms, *self.out.exits)}
         families_seen = {_family(x.kind) for x in self.out.failures if x.ref.source == self.path}
         per_kind: dict[FailureKind, int] = {}
@@ -150,6 +175,8 @@ class FailureLineParser(SentinelParser):
         if any(f.ref.source == self.path and f.ref.line == ln.lineno and f.kind.value.startswith("nccl")
                for f in self.out.failures):
             return                              # NCCL's own OOM: the NCCL parser has it
+        if any(k is FailureKind.NCCL_CUDA_OOM and f.lineno == ln.lineno for k, f in self._found):
+            return                              # a communication library's OOM: recorded as its failure
         text = ln.text
         host = (bool(_HOSTISH.search(text)) and not re.search(r"CUDA|GPU|HIP|cuda|gpu", text)) or bool(
             re.search(r"on host|host memory|pinned", text))
