@@ -87,3 +87,52 @@ def test_memory_rising_every_iteration_per_device():
 def test_flat_memory_figures_are_not_growth():
     text = "".join(f"torch.cuda.memory_allocated(0) 318986240\nIter {i} Time 0.5\n" for i in range(5))
     assert parse_text(text).fact("cue.memory_growing") is None
+
+
+# MichalBusta/E2E-MLT#37's message (dev), as a terminal or a forum wraps it: the clauses on the next line
+E2E_MLT = ("RuntimeError: CUDA out of memory. Tried to allocate 128.00 MiB (GPU 0; 983.69 MiB total capacity; "
+           "209.53 MiB already allocated; 69.56 MiB free; 6.47 MiB cached)")
+
+
+def test_old_message_wrapped_before_its_numbers():
+    head, tail = E2E_MLT.split(" (GPU 0;")
+    (o,) = parse_text(head + "\n(GPU 0;" + tail + "\n").ooms
+    assert o.capacity_bytes is not None and o.allocated_bytes is not None and o.free_bytes is not None
+    assert not o.truncated
+
+
+# NVIDIA/Megatron-LM#525's message (dev), wrapped after "total capacity;"
+def test_old_message_wrapped_mid_clause():
+    text = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 786.00 MiB (GPU 0; 31.74 GiB total "
+            "capacity;\n28.82 GiB already allocated; 577.12 MiB free; 29.97 GiB reserved in total by PyTorch)\n")
+    (o,) = parse_text(text).ooms
+    assert o.reserved_unallocated_bytes is not None and o.reserved_unallocated_bytes > 1_000_000_000
+
+
+# vllm-project/compressed-tensors#587's message (dev), wrapped before "Of the allocated memory"
+def test_new_message_wrapped():
+    text = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of "
+            "79.18 GiB of which 1.08 GiB is free. Including non-PyTorch memory, this process has 78.09 GiB memory in "
+            "use.\nOf the allocated memory 75.31 GiB is allocated by PyTorch, and 1.83 GiB is reserved by PyTorch but "
+            "unallocated.\nNext line of the log\n")
+    (o,) = parse_text(text).ooms
+    assert o.allocated_bytes is not None and o.reserved_unallocated_bytes is not None
+
+
+def test_a_following_unrelated_line_is_not_joined():
+    (o,) = parse_text(E2E_MLT.split(" (GPU 0;")[0] + "\nEpoch 3 loss 0.2\n").ooms
+    assert o.capacity_bytes is None
+
+
+# huggingface/peft#2014 (dev): a settings ValueError from the DeepSpeed integration, no traceback
+def test_deepspeed_settings_valueerror_is_a_config_error():
+    line = ("ValueError: Model was not initialized with `Zero-3` despite being configured for DeepSpeed Zero-3. "
+            "Please re-initialize your model via `Model.from_pretrained(...)` or `Model.from_config(...)` after "
+            "creating your `TrainingArguments`!")
+    assert FailureKind.CONFIG_VALIDATION in kinds(line)
+
+
+def test_subprocess_exit_status_minus_9_is_a_sigkill():
+    line = ("subprocess.CalledProcessError: Command '['/usr/bin/python3', '-u', 'finetune.py', '--local_rank=0']' "
+            "returned non-zero exit status -9.")
+    assert FailureKind.SIGKILL in kinds(line)

@@ -44,7 +44,8 @@ SETTINGS_EXC = ("AssertionError", "ValueError", "NotImplementedError")
 DS_SETTING = re.compile(r"\b(?:zero_optimization|stage3_\w+|offload_(?:param|optimizer)|train_micro_batch_size_per_gpu|"
                         r"gradient_accumulation_steps|train_batch_size|reduce_bucket_size|allgather_bucket_size|"
                         r"overlap_comm|contiguous_gradients|zero_stage|ds_config|[Dd]eep[Ss]peed config|"
-                        r"ZeRO[- ]?(?:stage|Stage|Offload|offload|[0-3]\b)|zero\.Init|fp16\.enabled|bf16\.enabled)")
+                        r"ZeRO[- ]?(?:stage|Stage|Offload|offload|[0-3]\b)|[Zz]ero [Ss]tage|zero\.Init|fp16\.enabled|bf16\.enabled|"
+                        r"[Mm]icro[ _]batch|batch size per gpu|[Dd]eep[Ss]peed)")
 # a traceback pasted without its exception line still names what was raised
 RAISE_CONFIG = re.compile(r"^\s*raise (?P<exc>DeepSpeedConfigError|ZeRORuntimeException)\b")
 # the ds_config section each DeepSpeed pydantic model validates

@@ -23,7 +23,8 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     (FailureKind.KILLED, ("Killed",), re.compile(r"(?:^|[\]\s|:])Killed\s*$")),
     (FailureKind.SIGKILL, ("-9", "137", "SIGKILL", "signal 9", "Signal 9"),
      re.compile(r"exitcode\s*:\s*-9\b|return code\s*=?\s*-9\b|exit(?:ed with)? (?:code|status):? 137\b|"
-                r"Signal 9 \(SIGKILL\)|SIGKILL|killed by signal 9|signal 9\b|exit code: -9\b|exited with code -9")),
+                r"Signal 9 \(SIGKILL\)|SIGKILL|killed by signal 9|signal 9\b|exit code: -9\b|exited with code -9|"
+                r"exit status:? (?:-9|137)\b")),
     (FailureKind.HOST_OOM_KILL, ("Out of memory", "oom-kill", "oom_kill", "OOM killer", "oom killer",
                                  "OOMKilled", "memory cgroup"),
      re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_kill|OOM[ -]?[Kk]iller|OOMKilled|"

@@ -69,7 +69,7 @@ class TorchOomParser:
 
     @property
     def busy(self) -> bool:
-        return bool(self._async)
+        return bool(self._async) or bool(self._wrapped)
 
     def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
                  tracebacks: TracebackTracker | None = None) -> None:
@@ -79,6 +79,8 @@ class TorchOomParser:
         self.tb = tracebacks or TracebackTracker()
         self._seen: set[tuple[int | None, str]] = set()
         self._async: dict[int | None, dict] = {}      # rank -> pending cudaMallocAsync block
+        # rank -> a message cut by a line wrap: [index in out.ooms, text so far, lines left to look at]
+        self._wrapped: dict[int | None, list] = {}
 
     def feed(self, ln: LogLine) -> None:
         text = ln.text
@@ -87,6 +89,8 @@ class TorchOomParser:
             pending = self._async.get(rank)
             if pending is not None and self._feed_async(pending, ln, rank):
                 return
+        if self._wrapped and self._continue_wrapped(ln, rank):
+            return
         if not any(t in text for t in TRIGGERS):
             return
         if "would exceed allowed memory" in text:
@@ -100,6 +104,37 @@ class TorchOomParser:
             return
         self._seen.add(key)
         self.out.ooms.append(event)
+        if event.truncated and event.kind in (OomKind.CACHING_ALLOCATOR, OomKind.HIP) and event.requested_bytes:
+            self._wrapped[rank] = [len(self.out.ooms) - 1, text.rstrip(), 3]
+
+    # a message wrapped by a terminal, a forum or a logger: its clauses continue on the next lines
+    _CONTINUATION = re.compile(r"total capac|already allocated|free;|reserved in total|cached\)|allocated by PyTorch|"
+                               r"reserved by PyTorch|memory in use|allowed;|^\s*\(GPU \d+;|^\s*(?:GPU \d+ has|"
+                               r"Of the allocated|Including non-PyTorch|[\d.]+\s?[KMGT]i?B\b)")
+
+    def _continue_wrapped(self, ln: LogLine, rank: int | None) -> bool:
+        pending = self._wrapped.get(rank)
+        if pending is None:
+            return False
+        idx, so_far, left = pending
+        if not self._CONTINUATION.search(ln.text) or "Tried to allocate" in ln.text:
+            del self._wrapped[rank]
+            return False
+        joined = so_far + " " + ln.text.strip()
+        old = self.out.ooms[idx]
+        event = self._parse_line(joined, ln, rank)
+        if event is not None and event.requested_bytes == old.requested_bytes:
+            import dataclasses
+
+            self.out.ooms[idx] = dataclasses.replace(event, ref=old.ref, stack=old.stack if old.stack.frames
+                                                     else event.stack, exception=old.exception or event.exception)
+            if event.truncated and left > 1:
+                self._wrapped[rank] = [idx, joined, left - 1]
+            else:
+                del self._wrapped[rank]
+        else:
+            del self._wrapped[rank]
+        return True
 
     def finish(self) -> None:
         for rank in list(self._async):
