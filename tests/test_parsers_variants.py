@@ -136,3 +136,30 @@ def test_subprocess_exit_status_minus_9_is_a_sigkill():
     line = ("subprocess.CalledProcessError: Command '['/usr/bin/python3', '-u', 'finetune.py', '--local_rank=0']' "
             "returned non-zero exit status -9.")
     assert FailureKind.SIGKILL in kinds(line)
+
+
+# facebookresearch/fairseq#2442 (dev): torch.cuda.memory_summary() printed after the OOM
+FAIRSEQ_SUMMARY = """\
+|===========================================================================|
+|                  PyTorch CUDA memory summary, device ID 0                 |
+|---------------------------------------------------------------------------|
+|           CUDA OOMs: 1             |       cudaMalloc retries: 6          |
+|===========================================================================|
+|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |
+|---------------------------------------------------------------------------|
+| Allocated memory      |   26377 MB |   26988 MB |  767743 GB |  767717 GB |
+|       from large pool |   25981 MB |   26595 MB |  738567 GB |  738542 GB |
+"""
+
+
+def test_memory_summary_table_counts_an_oom():
+    ev = parse_text(FAIRSEQ_SUMMARY)
+    assert ev.fact_value("memory_summary.retries") == 6
+    assert ev.fact_value("memory_summary.allocated") == 26377 * 2**20
+    (o,) = ev.ooms
+    assert o.message_format == "memory_summary" and o.allocated_bytes == 26377 * 2**20
+
+
+def test_memory_summary_without_an_oom_is_not_a_failure():
+    ev = parse_text(FAIRSEQ_SUMMARY.replace("CUDA OOMs: 1", "CUDA OOMs: 0"))
+    assert not ev.ooms

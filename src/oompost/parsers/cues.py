@@ -126,6 +126,15 @@ def growing(values: list[float]) -> bool:
     return values[-1] >= 1.1 * values[0] and ups >= 0.75 * (len(values) - 1)
 
 
+# torch.cuda.memory_summary(): "|  CUDA OOMs: 1  |  cudaMalloc retries: 6  |" and the rows'
+# "Cur Usage | Peak Usage" columns ("| Allocated memory      |   26377 MB |   26988 MB | ...")
+SUMMARY_COUNTS = re.compile(r"CUDA OOMs:\s*(?P<ooms>\d+)\s*\|\s*cudaMalloc retries:\s*(?P<retries>\d+)")
+SUMMARY_ROW = re.compile(r"^\s*\|\s*(?P<row>Allocated memory|Active memory|GPU reserved memory|Non-releasable memory)"
+                         r"\s*\|\s*(?P<cur>\d+(?:\.\d+)?\s*[KMGT]?i?B)\s*\|\s*(?P<peak>\d+(?:\.\d+)?\s*[KMGT]?i?B)")
+SUMMARY_NAMES = {"Allocated memory": "allocated", "Active memory": "active", "GPU reserved memory": "reserved",
+                 "Non-releasable memory": "non_releasable"}
+
+
 def _literal(words: tuple[str, ...]) -> "re.Pattern[str]":
     return re.compile("|".join(re.escape(w) for w in words))
 
@@ -136,7 +145,8 @@ class CueParser(SentinelParser):
                                                  "falcon", "bloom", "opt-", "gpt", "GPT", "baichuan", "Baichuan",
                                                  "chatglm", "ChatGLM", "internlm", "InternLM", "deepseek",
                                                  "DeepSeek", "gemma", "pythia", "vicuna", "Yi-", "phi-", "Phi-",
-                                                 "step", "Step", "iter", "Iter"}))
+                                                 "step", "Step", "iter", "Iter", "CUDA OOMs",
+                                                 "Allocated memory", "GPU reserved memory", "Non-releasable memory"}))
 
     def setup(self) -> None:
         self._counts: dict[str, int] = {}
@@ -148,6 +158,7 @@ class CueParser(SentinelParser):
         self._pending = {k: (_literal(s), pat) for k, (s, pat) in CUES.items()}
         self._lines = 0
         self._readings = 0
+        self._summary: dict[str, tuple[int, LogLine]] = {}      # memory_summary(): first table's figures
 
     # Cues are about where a run was: the first sighting of each is what matters, so a long log pays
     # for each pattern only until it is found (and for the memory series only up to a bound).
@@ -157,6 +168,8 @@ class CueParser(SentinelParser):
     def feed(self, ln: LogLine) -> None:
         text = ln.text
         self._lines += 1
+        if "CUDA OOMs" in text or " memory " in text:
+            self._memory_summary(text, ln)
         if self._model is None and self._lines <= self.MODEL_NAME_LINES and ("b" in text or "B" in text):
             n = model_params_from_name(text)
             if n is not None:
@@ -184,7 +197,39 @@ class CueParser(SentinelParser):
                 self._first[name] = ln
                 del pending[name]
 
+    def _memory_summary(self, text: str, ln: LogLine) -> None:
+        from ..units import parse_size_or_none
+
+        m = SUMMARY_COUNTS.search(text)
+        if m:
+            for k in ("ooms", "retries"):
+                self._summary.setdefault(k, (int(m.group(k)), ln))
+            return
+        m = SUMMARY_ROW.match(text)
+        if m:
+            v = parse_size_or_none(m.group("cur").replace(" ", ""))
+            if v is not None:
+                self._summary.setdefault(SUMMARY_NAMES[m.group("row")], (v, ln))
+
+    def _emit_summary(self) -> None:
+        from ..model import OomEvent, OomKind
+
+        for k, (v, ln) in self._summary.items():
+            self.out.fact(f"memory_summary.{k}", v, ref(self.path, ln))
+        ooms = self._summary.get("ooms")
+        if ooms is None or ooms[0] < 1 or any(o.ref.source == self.path for o in self.out.ooms):
+            return
+        # the process's own count of CUDA OOMs: an OOM happened, with the allocator's state beside it
+        alloc = self._summary.get("allocated", (None,))[0]
+        res = self._summary.get("reserved", (None,))[0]
+        self.out.ooms.append(OomEvent(
+            OomKind.OTHER, ref(self.path, ooms[1]), rank=self.rank_hint, allocated_bytes=alloc, reserved_bytes=res,
+            reserved_unallocated_bytes=res - alloc if res is not None and alloc is not None and res >= alloc else None,
+            message_format="memory_summary", truncated=True))
+
     def finish(self) -> None:
+        if self._summary:
+            self._emit_summary()
         for name, n in self._counts.items():
             self.out.fact(f"cue.{name}", n, ref(self.path, self._first[name]))
         if self._model is not None:
