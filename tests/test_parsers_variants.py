@@ -163,3 +163,9 @@ def test_memory_summary_table_counts_an_oom():
 def test_memory_summary_without_an_oom_is_not_a_failure():
     ev = parse_text(FAIRSEQ_SUMMARY.replace("CUDA OOMs: 1", "CUDA OOMs: 0"))
     assert not ev.ooms
+
+
+def test_memory_series_are_kept_per_rank():
+    text = "".join(f"[rank0]: step {i} mem {3000 + 100 * i} MiB\n[rank1]: step {i} mem {1000 + 50 * i} MiB\n"
+                   for i in range(4))
+    assert parse_text(text).fact("cue.memory_growing") is not None

@@ -180,9 +180,11 @@ class CueParser(SentinelParser):
             fig = _figure(text)
             if fig is not None:
                 self._readings += 1
-                vals = self._series.setdefault(fig[0], [])
+                # one series per rank: ranks interleave in one file, each with its own baseline
+                key = fig[0] if ln.rank is None else f"[{ln.rank}] {fig[0]}"
+                vals = self._series.setdefault(key, [])
                 vals.append(fig[1])
-                self._series_ln.setdefault(fig[0], ln)
+                self._series_ln.setdefault(key, ln)
         p_steps, p_epochs, _ = self._progress
         if (p_steps < 50 and p_epochs < 2 and ("/" in text or "poch" in text or "tep" in text or "ter" in text)
                 and any(c.isdigit() for c in text)):
