@@ -169,3 +169,8 @@ def test_memory_series_are_kept_per_rank():
     text = "".join(f"[rank0]: step {i} mem {3000 + 100 * i} MiB\n[rank1]: step {i} mem {1000 + 50 * i} MiB\n"
                    for i in range(4))
     assert parse_text(text).fact("cue.memory_growing") is not None
+
+
+def test_memory_figures_with_thousands_separators():
+    text = "".join(f"epoch {i}: GPU memory used {v} MiB\n" for i, v in enumerate(("1,234", "1,890", "2,512", "3,020")))
+    assert parse_text(text).fact("cue.memory_growing") is not None

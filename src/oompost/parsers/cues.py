@@ -53,10 +53,12 @@ CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
 # A memory figure printed the same way on many lines ("allocated: 20.4", "| 2417MiB / 12189MiB |",
 # "mem=3.2GB"): the first figure of each line, grouped by the line's shape with the numbers taken out.
 # ("torch.cuda.memory_allocated(0) 318986240": the device index in parentheses is not the figure)
-_FIGURE = re.compile(r"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>[KMG]i?B|MB|GB)\b|(?:allocated|memory|mem|reserved)"
-                     r"(?:[^\d|]|\(\d+\)){0,20}(?P<v2>\d+(?:\.\d+)?)(?![\d.)])", re.I)
+# (figures may carry thousands separators: "1,234 MiB", as nvidia-smi and many loggers print them)
+_FIGURE = re.compile(r"(?<![\d,])(?P<v>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*(?P<u>[KMG]i?B|MB|GB)\b|"
+                     r"(?:allocated|memory|mem|reserved)(?:[^\d|]|\(\d+\)){0,20}"
+                     r"(?P<v2>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?![\d.)])", re.I)
 _UNIT = {"k": 2**10, "m": 2**20, "g": 2**30}
-_NUMS = re.compile(r"\d+(?:\.\d+)?")
+_NUMS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
 
 
 # A model's size in its name: "Llama-2-7b-hf", "Qwen2-72B-Instruct", "llama2-7b", "opt-125m", "Qwen2.5-0.5B".
@@ -81,9 +83,9 @@ def _figure(text: str) -> tuple[str, float] | None:
     if m is None:
         return None
     if m.group("v") is not None:
-        v = float(m.group("v")) * _UNIT.get(m.group("u")[0].lower(), 1)
+        v = float(m.group("v").replace(",", "")) * _UNIT.get(m.group("u")[0].lower(), 1)
     else:
-        v = float(m.group("v2"))
+        v = float(m.group("v2").replace(",", ""))
     # the shape keeps which device or rank the figure is of ("GPU-1", "memory_allocated(1)", "[rank3]")
     return _NUMS.sub(_shape_num, text.strip())[:120], v
 
