@@ -174,3 +174,30 @@ def test_memory_series_are_kept_per_rank():
 def test_memory_figures_with_thousands_separators():
     text = "".join(f"epoch {i}: GPU memory used {v} MiB\n" for i, v in enumerate(("1,234", "1,890", "2,512", "3,020")))
     assert parse_text(text).fact("cue.memory_growing") is not None
+
+
+# a traceback behind prefixes that no launcher rule strips (a pdsh host, Ray's "(pid=N)", a logger's stamp, and
+# srun's "0: " before indented frame lines): the frames still reach the OOM
+def _prefixed_oom(prefix: str) -> str:
+    body = ["Traceback (most recent call last):",
+            '  File "/x/train.py", line 10, in <module>',
+            "    loss.backward()",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+            "79.00 GiB of which 1.00 GiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and "
+            "1.00 GiB is reserved by PyTorch but unallocated."]
+    return "\n".join(prefix + line for line in body) + "\n"
+
+
+def test_traceback_frames_behind_unknown_prefixes():
+    for prefix in ("node-12: ", "(pid=2345) ", "2024-01-01 10:00:00,123 - ERROR - ", "trainer-1  | ", "0: "):
+        (o,) = parse_text(_prefixed_oom(prefix)).ooms
+        assert [f.name for f in o.stack.frames] == ["<module>"], prefix
+        assert o.stack.frames[0].code == "loss.backward()", prefix
+
+
+def test_prefixed_settings_assertion_is_still_read():
+    text = ("node-3: Traceback (most recent call last):\n"
+            'node-3:   File "/x/deepspeed/runtime/engine.py", line 1000, in _configure_optimizer\n'
+            "node-3:     assert self.zero_optimization_stage() == 3\n"
+            "node-3: AssertionError: offload requires stage 3\n")
+    assert FailureKind.CONFIG_VALIDATION in kinds(text)

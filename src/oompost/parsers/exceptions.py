@@ -80,7 +80,7 @@ class ExceptionParser:
                 return
             self._emit(self._pending.pop(rank))
         closes = self.tb.closed_on(rank, ln.lineno)
-        text = ln.text
+        text = self.tb.exception_text(rank, ln.lineno, ln.text) if closes else ln.text
         if any(s in text for s in SKIP):
             return
         if "raise " in text and (mr := RAISE_CONFIG.match(text)):
