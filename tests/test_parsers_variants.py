@@ -201,3 +201,15 @@ def test_prefixed_settings_assertion_is_still_read():
             "node-3:     assert self.zero_optimization_stage() == 3\n"
             "node-3: AssertionError: offload requires stage 3\n")
     assert FailureKind.CONFIG_VALIDATION in kinds(text)
+
+
+# pytorch/pytorch#7343 (dev): a REPL session, each query's value on the next line
+def test_repl_memory_queries_that_rise():
+    text = (">>> print(torch.cuda.memory_allocated())\n865280\n>>> x = torch.randn(1, device='cuda')\n"
+            ">>> del x, y\n>>> gc.collect()\n0\n>>> print(torch.cuda.memory_allocated())\n867328\n")
+    assert parse_text(text).fact("cue.memory_growing") is not None
+
+
+def test_repl_memory_queries_that_stay_flat():
+    text = ">>> print(torch.cuda.memory_allocated())\n865280\n>>> print(torch.cuda.memory_allocated())\n865280\n"
+    assert parse_text(text).fact("cue.memory_growing") is None

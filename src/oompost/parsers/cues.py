@@ -137,6 +137,12 @@ SUMMARY_NAMES = {"Allocated memory": "allocated", "Active memory": "active", "GP
                  "Non-releasable memory": "non_releasable"}
 
 
+# ">>> print(torch.cuda.memory_allocated())" / "In [3]: torch.cuda.memory_reserved(0)" with the answer on the
+# next line ("865280", "Out[3]: 865280", "tensor(865280)")
+MEMORY_QUERY = re.compile(r"(?:max_)?memory_(?:allocated|reserved|cached)\(\w*\)")
+BARE_VALUE = re.compile(r"^\s*(?:Out\[\d+\]:\s*)?(?P<v>\d+(?:\.\d+)?)\s*$")
+
+
 def _literal(words: tuple[str, ...]) -> "re.Pattern[str]":
     return re.compile("|".join(re.escape(w) for w in words))
 
@@ -148,7 +154,8 @@ class CueParser(SentinelParser):
                                                  "chatglm", "ChatGLM", "internlm", "InternLM", "deepseek",
                                                  "DeepSeek", "gemma", "pythia", "vicuna", "Yi-", "phi-", "Phi-",
                                                  "step", "Step", "iter", "Iter", "CUDA OOMs",
-                                                 "Allocated memory", "GPU reserved memory", "Non-releasable memory"}))
+                                                 "Allocated memory", "GPU reserved memory", "Non-releasable memory",
+                                                 "memory_allocated(", "memory_reserved(", "memory_cached("}))
 
     def setup(self) -> None:
         self._counts: dict[str, int] = {}
@@ -161,7 +168,15 @@ class CueParser(SentinelParser):
         self._lines = 0
         self._readings = 0
         self._summary: dict[str, tuple[int, LogLine]] = {}      # memory_summary(): first table's figures
+        self._query: str | None = None          # a REPL / print() memory query whose value is on the next line
+        self._query_ln: LogLine | None = None
+        self.busy = False
 
+    def _query_answer(self, text: str) -> None:
+        key, self._query, self.busy = self._query, None, False
+        m = BARE_VALUE.match(text)
+        if m is not None and key is not None:
+            self._series.setdefault(key, []).append(float(m.group("v")))
     # Cues are about where a run was: the first sighting of each is what matters, so a long log pays
     # for each pattern only until it is found (and for the memory series only up to a bound).
     MODEL_NAME_LINES = 20_000
@@ -170,6 +185,13 @@ class CueParser(SentinelParser):
     def feed(self, ln: LogLine) -> None:
         text = ln.text
         self._lines += 1
+        if self._query is not None:
+            self._query_answer(text)
+        if "memory_" in text and (mq := MEMORY_QUERY.search(text)) and not any(c.isdigit() for c in text[mq.end():]):
+            self._query = "? " + _NUMS.sub("#", mq.group(0))
+            if self._query_ln is None:
+                self._query_ln = ln
+            self.busy = True                  # the value comes on the next line, which holds no sentinel
         if "CUDA OOMs" in text or " memory " in text:
             self._memory_summary(text, ln)
         if self._model is None and self._lines <= self.MODEL_NAME_LINES and ("b" in text or "B" in text):
@@ -242,6 +264,9 @@ class CueParser(SentinelParser):
         if pln is not None and (steps >= 50 or epochs >= 2):
             self.out.fact("cue.long_run", max(steps, epochs), ref(self.path, pln))
         for shape, vals in self._series.items():
-            if growing(vals) or (len(vals) == 2 and "MiB / #MiB" in shape and vals[1] >= 1.5 * vals[0] > 0):
-                self.out.fact("cue.memory_growing", len(vals), ref(self.path, self._series_ln[shape]))
+            if growing(vals) or (len(vals) == 2 and "MiB / #MiB" in shape and vals[1] >= 1.5 * vals[0] > 0) or (
+                    shape.startswith("? ") and len(vals) >= 2 and all(b > a for a, b in zip(vals, vals[1:]))):
+                ln = self._series_ln.get(shape) or self._query_ln
+                if ln is not None:
+                    self.out.fact("cue.memory_growing", len(vals), ref(self.path, ln))
                 break
