@@ -213,3 +213,19 @@ def test_repl_memory_queries_that_rise():
 def test_repl_memory_queries_that_stay_flat():
     text = ">>> print(torch.cuda.memory_allocated())\n865280\n>>> print(torch.cuda.memory_allocated())\n865280\n"
     assert parse_text(text).fact("cue.memory_growing") is None
+
+
+# older NCCL and driver wordings of a device allocation failure
+def test_older_nccl_warn_allocation_failures():
+    for line in ("node1:1234:5678 [0] NCCL WARN Call to cudaMalloc failed : 2",
+                 "node1:1234:5678 [0] NCCL WARN Cuda failure 'cudaErrorMemoryAllocation'",
+                 "node1:1234:5678 [0] NCCL WARN Cuda failure 'CUDA_ERROR_OUT_OF_MEMORY'",
+                 "NCCL WARN Call to cudaMalloc failed : 2"):
+        assert FailureKind.NCCL_CUDA_OOM in kinds(line + "\n"), line
+
+
+def test_evaluation_loop_frames_are_an_evaluation_cue():
+    text = ('Traceback (most recent call last):\n  File "/x/pytorch_lightning/loops/epoch.py", line 5, in _run\n'
+            '    output = self.trainer.validation_step(batch)\n'
+            '  File "/x/model.py", line 40, in validation_step\n    out = self(x)\n')
+    assert parse_text(text).fact("cue.evaluation") is not None

@@ -28,9 +28,12 @@ CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
                                      r"\b[Ee]poch\s*[:\[]?\s*\d|\b[Ii]teration\s*[:\[]?\s*\d|global_step|"
                                      r"train_loss")),
     # evaluation / validation loops (where retained graphs and metric lists leak)
-    "evaluation": (("eval", "Eval", "valid", "Valid", "predict"),
+    # (and the loops' frames: "in validation_step", "in prediction_loop", "in _run_eval")
+    "evaluation": (("eval", "Eval", "valid", "Valid", "predict", "test_step"),
                    re.compile(r"\*{3} Running Evaluation|Running evaluation|[Ee]valuat(?:e|ing|ion)\b|"
-                              r"[Vv]alidat(?:e|ion|ing)\b|evaluation_loop|prediction_step|predict\(")),
+                              r"[Vv]alidat(?:e|ion|ing)\b|evaluation_loop|prediction_step|predict\(|"
+                              r"\b(?:validation|val|eval|test)_(?:step|epoch|loop|batch)\b|prediction_loop|"
+                              r"_run_eval\w*|\bdo_eval\b")),
     # inference servers and generation
     "serving": (("vllm", "vLLM", "sglang", "text-generation-inference", "text_generation_server", "KV cache",
                  "kv cache", "cache blocks", "max_model_len", "gpu_memory_utilization"),

@@ -38,8 +38,10 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     # a communication library that could not allocate device memory: NCCL's "Cuda failure 2 'out of
     # memory'" quoted inside another runtime's message (XLA's "Last NCCL warning(error) log entry"),
     # oneCCL / Level Zero's ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
-    (FailureKind.NCCL_CUDA_OOM, ("Cuda failure", "OUT_OF_DEVICE_MEMORY"),
-     re.compile(r"Cuda failure \d*\s*'out of memory'|(?:CCL|ccl|ze_call|zeCommand).*OUT_OF_DEVICE_MEMORY")),
+    (FailureKind.NCCL_CUDA_OOM, ("Cuda failure", "OUT_OF_DEVICE_MEMORY", "NCCL WARN"),
+     re.compile(r"Cuda failure \d*\s*'out of memory'|(?:CCL|ccl|ze_call|zeCommand).*OUT_OF_DEVICE_MEMORY|"
+                r"NCCL WARN.*(?:cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|[Cc]all to cudaMalloc failed|"
+                r"cudaMalloc\w* failed)")),
     # an older NCCL's error return chain: "host:pid:tid [0] NCCL INFO transport/net.cc:515 -> 2"
     (FailureKind.NCCL_SYSTEM, (".cc:", ".h:", ".cu:"),
      # (codes 1, 2, 3, 6 only: an invalid-usage return can be a probe that NCCL handles itself)
