@@ -229,3 +229,19 @@ def test_evaluation_loop_frames_are_an_evaluation_cue():
             '    output = self.trainer.validation_step(batch)\n'
             '  File "/x/model.py", line 40, in validation_step\n    out = self(x)\n')
     assert parse_text(text).fact("cue.evaluation") is not None
+
+
+# netease-youdao/QAnything#289 (dev): a serving engine refuses a combination of settings and names them
+def test_settings_advice_valueerror_is_a_config_error():
+    line = ("ValueError: The model's max seq len (4096) is larger than the maximum number of tokens that can be "
+            "stored in KV cache (3792). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+            "initializing the engine.")
+    assert FailureKind.CONFIG_VALIDATION in kinds(line)
+
+
+# vllm-project/vllm#2447 (dev): the same advice about an allocation that failed stays a memory failure
+def test_memory_advice_valueerror_stays_an_oom():
+    line = ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+            "initializing the engine.")
+    ev = parse_text(line)
+    assert ev.ooms and FailureKind.CONFIG_VALIDATION not in {f.kind for f in ev.failures}

@@ -46,6 +46,13 @@ DS_SETTING = re.compile(r"\b(?:zero_optimization|stage3_\w+|offload_(?:param|opt
                         r"overlap_comm|contiguous_gradients|zero_stage|ds_config|[Dd]eep[Ss]peed config|"
                         r"ZeRO[- ]?(?:stage|Stage|Offload|offload|[0-3]\b)|[Zz]ero [Ss]tage|zero\.Init|fp16\.enabled|bf16\.enabled|"
                         r"[Mm]icro[ _]batch|batch size per gpu|[Dd]eep[Ss]peed)")
+# a library refusing a combination of settings and naming the one to change ("The model's max seq len (4096)
+# is larger than the maximum number of tokens that can be stored in KV cache (3792). Try increasing
+# `gpu_memory_utilization` or decreasing `max_model_len`")
+SETTING_ADVICE = re.compile(r"(?:[Tt]ry|[Pp]lease|[Cc]onsider|[Yy]ou (?:can|should|need to|must)) (?:increas|decreas|reduc|"
+                            r"lower|rais|sett?|pass|specify|chang|us)\w* [^.]{0,60}`\w+`|"
+                            r"is larger than the maximum|must be (?:smaller|less|greater|larger|at least|at most) than")
+_OOM_WORDS = re.compile(r"out of memory|[Nn]o available memory|enough (?:GPU|CUDA|device) (?:RAM|memory)|OutOfMemory")
 # a traceback pasted without its exception line still names what was raised
 RAISE_CONFIG = re.compile(r"^\s*raise (?P<exc>DeepSpeedConfigError|ZeRORuntimeException)\b")
 # the ds_config section each DeepSpeed pydantic model validates
@@ -106,6 +113,9 @@ class ExceptionParser:
             record["kind"] = FailureKind.CONFIG_VALIDATION
             record["msg"] = msg + ' (a "auto" value reached DeepSpeed; only the HF integration fills those)'
         elif exc.split(".")[-1] in SETTINGS_EXC and (_raised_by_deepspeed_setup(stack) or DS_SETTING.search(msg)):
+            record["kind"] = FailureKind.CONFIG_VALIDATION
+        elif (exc.split(".")[-1] in SETTINGS_EXC and SETTING_ADVICE.search(msg)
+              and not _OOM_WORDS.search(msg)):
             record["kind"] = FailureKind.CONFIG_VALIDATION
         else:
             record["kind"] = FailureKind.PYTHON_EXCEPTION
