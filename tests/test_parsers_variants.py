@@ -245,3 +245,42 @@ def test_memory_advice_valueerror_stays_an_oom():
             "initializing the engine.")
     ev = parse_text(line)
     assert ev.ooms and FailureKind.CONFIG_VALIDATION not in {f.kind for f in ev.failures}
+
+
+# MAGICS-LAB/DNABERT_2#134 (dev): a Jupyter (old IPython) traceback
+DNABERT = """\
+---------------------------------------------------------------------------
+OutOfMemoryError                          Traceback (most recent call last)
+<ipython-input-13-941869335d74> in <cell line: 1>()
+----> 1 predictions = trainer.predict(test_dataset)
+      2 
+
+/usr/local/lib/python3.10/dist-packages/transformers/trainer.py in predict(self, test_dataset, ignore_keys, metric_key_prefix)
+   3007         eval_loop = self.prediction_loop if self.args.use_legacy_prediction_loop else self.evaluation_loop
+-> 3008         output = eval_loop(
+   3009             test_dataloader, description="Prediction", ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix
+   3010         )
+
+/usr/local/lib/python3.10/dist-packages/transformers/trainer.py in evaluation_loop(self, dataloader, description)
+-> 3140                 preds_host = logits if preds_host is None else nested_concat(preds_host, logits)
+   3141             self.control = self.callback_handler.on_prediction_step(args, self.state, self.control)
+
+OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total capacity; 13.50 GiB already allocated; 1.00 GiB free; 14.00 GiB reserved in total by PyTorch)
+"""
+
+
+def test_old_ipython_traceback_frames():
+    (o,) = parse_text(DNABERT).ooms
+    assert [f.name for f in o.stack.frames] == ["<cell line: 1>", "predict", "evaluation_loop"]
+    assert o.stack.frames[-1].line == 3140 and o.stack.frames[-1].code.startswith("preds_host = ")
+
+
+def test_new_ipython_traceback_frames():
+    text = ("OutOfMemoryError                          Traceback (most recent call last)\n"
+            "Cell In[5], line 3\n      1 x = torch.randn(10)\n----> 3 y = model(x)\n\n"
+            "File ~/lib/python3.10/site-packages/torch/nn/modules/module.py:1501, in Module._call_impl(self, *args)\n"
+            "-> 1501     return forward_call(*args, **kwargs)\n\n"
+            + DNABERT.splitlines()[-1] + "\n")
+    (o,) = parse_text(text).ooms
+    assert [f.filename for f in o.stack.frames][0] == "Cell In[5]" and o.stack.frames[0].code == "y = model(x)"
+    assert len(o.stack.frames) == 2

@@ -149,6 +149,24 @@ def match_frame(text: str) -> "re.Match[str] | None":
 _TB_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 
+# IPython / Jupyter tracebacks: "Cell In[5], line 3", "Input In [5], in <cell line: 3>()",
+# "<ipython-input-13-941869335d74> in <cell line: 1>()", "/x/trainer.py in predict(self, ...)", and the
+# arrow that marks the frame's line ("----> 1 predictions = ...", "-> 3008 output = eval_loop(")
+_IPY_CELL = re.compile(r"^\s*(?:Cell|Input) In\s?\[\s*(?P<cell>\d*)\],? (?:line (?P<line>\d+)|in (?P<name>[^(]+))")
+_IPY_OLD_FRAME = re.compile(r"^\s*(?P<file><ipython-input-[\w-]+>|(?:/|~|[A-Za-z]:\\)\S*\.py) in (?P<name>[^(]+?)\(")
+_IPY_ARROW = re.compile(r"^\s*-+>\s*(?P<line>\d+)\s(?P<code>.*\S)")
+
+
+def _ipython_frame(text: str) -> "Frame | None":
+    m = _IPY_CELL.match(text)
+    if m is not None:
+        return Frame(f"Cell In[{m.group('cell')}]", int(m.group("line") or 0), (m.group("name") or "<cell>").strip())
+    m = _IPY_OLD_FRAME.match(text)
+    if m is not None:
+        return Frame(m.group("file"), 0, m.group("name").strip())
+    return None
+
+
 _SRUN_INDENTED = re.compile(r"\s{0,4}(\d{1,5}): (?=\s)")
 _SRUN_START = frozenset(" 0123456789")
 
@@ -208,6 +226,17 @@ class TracebackTracker:
             st = self._state[rank] = _TbState(active=True, prefix=prefix)      # a header-less excerpt
         else:
             m = match_frame(text)
+            if m is None:
+                fr = _ipython_frame(text)
+                if fr is not None:                   # IPython / Jupyter: "Cell In[5], line 3", "<ipython-input-..> in"
+                    st.frames.append(fr)
+                    st.expect_code = False
+                    return
+                if st.frames and "->" in text and (ma := _IPY_ARROW.match(text)):
+                    last = st.frames[-1]           # IPython's "----> 3 y = model(x)": the frame's own line
+                    st.frames[-1] = Frame(last.filename, last.line or int(ma.group("line")), last.name,
+                                          ma.group("code").strip()[:200])
+                    return
         if m:
             st.frames.append(Frame(m.group("file"), int(m.group("line")), m.group("name")))
             st.expect_code = True
