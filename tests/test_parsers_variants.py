@@ -284,3 +284,24 @@ def test_new_ipython_traceback_frames():
     (o,) = parse_text(text).ooms
     assert [f.filename for f in o.stack.frames][0] == "Cell In[5]" and o.stack.frames[0].code == "y = model(x)"
     assert len(o.stack.frames) == 2
+
+
+# huggingface/trl#1626 (dev): the device index left out of "GPU  has a total capacity"
+def test_new_message_without_device_index():
+    line = ("CUDA out of memory. Tried to allocate 20.39 GiB. GPU  has a total capacity of 22.19 GiB of which 11.72 GiB "
+            "is free. Process 3141 has 10.46 GiB memory in use. Of the allocated memory 7.48 GiB is allocated by "
+            "PyTorch, and 2.43 GiB is reserved by PyTorch but unallocated.")
+    (o,) = parse_text(line).ooms
+    assert o.capacity_bytes is not None and o.device is None and o.reserved_unallocated_bytes is not None
+
+
+# wtdcode/vllm-backport#94 (dev): an allocator's own byte counts
+def test_bytes_free_total_allocation_failure():
+    (o,) = parse_text("while trying to allocate 671088640 bytes (free: 513736704, total: 85095874560).\n").ooms
+    assert (o.requested_bytes, o.free_bytes, o.capacity_bytes) == (671088640, 513736704, 85095874560)
+
+
+# pcyin/tranX#41 (dev): the kernel's OOM killer is a host failure, not a GPU OOM without numbers
+def test_kernel_oom_killer_line_is_not_a_gpu_oom():
+    ev = parse_text("[2059991.491542] Out of memory: Killed process 25315 (python3) total-vm:53312244kB\n")
+    assert not ev.ooms and FailureKind.HOST_OOM_KILL in {f.kind for f in ev.failures}

@@ -180,6 +180,8 @@ class FailureLineParser(SentinelParser):
             return                              # NCCL's own OOM: the NCCL parser has it
         if any(k is FailureKind.NCCL_CUDA_OOM and f.lineno == ln.lineno for k, f in self._found):
             return                              # a communication library's OOM: recorded as its failure
+        if any(_family(k) == "host" and f.lineno == ln.lineno for k, f in self._found):
+            return                              # the kernel's OOM killer ("Out of memory: Killed process"): a host failure
         text = ln.text
         host = (bool(_HOSTISH.search(text)) and not re.search(r"CUDA|GPU|HIP|cuda|gpu", text)) or bool(
             re.search(r"on host|host memory|pinned", text))

@@ -29,10 +29,11 @@ from .base import EvidenceBuilder, TracebackTracker, line_rank, literal_trigger,
 _SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
 
 TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE",
-            "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory")
+            "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory",
+            "while trying to allocate")
 
 REQUEST = re.compile(rf"Tried to allocate (?:(?P<req>{_SZ})|(?P<eb>more than 1EB memory))")
-NEW_CAPACITY = re.compile(rf"GPU (?P<dev>\d+) has a total capac(?P<typo>i?)ty of (?P<cap>{_SZ})"
+NEW_CAPACITY = re.compile(rf"GPU ?(?P<dev>\d*) has a total capac(?P<typo>i?)ty of (?P<cap>{_SZ})"
                           rf"(?: of which (?P<free>{_SZ}) is free)?")
 SELF_PROC = re.compile(rf"Including non-PyTorch memory, this process has (?P<sz>{_SZ}) memory in use")
 OTHER_PROC = re.compile(rf"Process (?P<pid>\d+) has (?P<sz>{_SZ}) memory in use")
@@ -55,6 +56,10 @@ LIB_ALLOC = re.compile(r"(?P<lib>CUBLAS|CUDNN|CUSOLVER|CUFFT)_(?:STATUS_)?(?:ALL
 HOST_ALLOC = re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate "
                         r"(?P<n>\d+) bytes")
 MPS = re.compile(r"MPS backend out of memory")
+# a device allocator's own figures (XLA / vLLM's cumem allocator): "... while trying to allocate 671088640 bytes
+# (free: 513736704, total: 85095874560)"
+BYTES_FREE_TOTAL = re.compile(r"while trying to allocate (?P<req>\d+) bytes \(free: (?P<free>\d+), "
+                              r"total: (?P<total>\d+)\)")
 
 
 def _size(m: re.Match[str] | None, group: str = "sz") -> int | None:
@@ -163,6 +168,11 @@ class TorchOomParser:
         if CUDA_ERROR_OOM.search(text):
             return OomEvent(OomKind.CUDA_ERROR, ref(self.path, ln), rank, exception=exc,
                             message_format="CUDA error: out of memory", stack=stack)
+        m = BYTES_FREE_TOTAL.search(text)
+        if m:
+            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=int(m.group("req")),
+                            capacity_bytes=int(m.group("total")), free_bytes=int(m.group("free")), exception=exc,
+                            message_format="bytes (free, total)", stack=stack, truncated=True)
         if MPS.search(text):
             return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, exception=exc, message_format="MPS", stack=stack)
         if "CUDA out of memory" in text or "HIP out of memory" in text:
@@ -206,7 +216,8 @@ class TorchOomParser:
             fmt = "2.1" if cap.group("typo") == "" or "max_split_size_mb to avoid" in text else ">=2.2"
         truncated = cap is None or alloc is None or ru is None
         return OomEvent(
-            kind, ref(self.path, ln), rank, int(cap.group("dev")) if cap else None, requested_bytes=requested,
+            kind, ref(self.path, ln), rank, int(cap.group("dev")) if cap and cap.group("dev") else None,
+            requested_bytes=requested,
             capacity_bytes=_size(cap, "cap"), free_bytes=_size(cap, "free") if cap and cap.group("free") else None,
             allowed_bytes=_size(ALLOWED.search(text)), allocated_bytes=alloc, reserved_bytes=reserved,
             reserved_unallocated_bytes=ru, process_in_use_bytes=_size(SELF_PROC.search(text)),
