@@ -305,3 +305,22 @@ def test_bytes_free_total_allocation_failure():
 def test_kernel_oom_killer_line_is_not_a_gpu_oom():
     ev = parse_text("[2059991.491542] Out of memory: Killed process 25315 (python3) total-vm:53312244kB\n")
     assert not ev.ooms and FailureKind.HOST_OOM_KILL in {f.kind for f in ev.failures}
+
+
+# other accelerators' caching-allocator messages: torch_npu (with its extra "current active" clause), XPU
+def test_npu_and_xpu_old_style_messages():
+    npu = ("RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.97 GiB total capacity; 57.05 GiB "
+           "already allocated; 57.05 GiB current active; 1.16 GiB free; 58.50 GiB reserved in total by PyTorch)")
+    (o,) = parse_text(npu).ooms
+    assert o.device == 0 and o.capacity_bytes and o.allocated_bytes and o.reserved_unallocated_bytes
+    xpu = ("RuntimeError: XPU out of memory. Tried to allocate 2.00 GiB (XPU 1; 15.11 GiB total capacity; 12.00 GiB "
+           "already allocated; 1.00 GiB free; 13.00 GiB reserved in total by PyTorch)")
+    (o,) = parse_text(xpu).ooms
+    assert o.device == 1 and not o.truncated
+
+
+def test_paddle_out_of_memory():
+    line = ("ResourceExhaustedError: Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, "
+            "15.719055GB memory has been allocated and available memory is only 3.625000MB.")
+    (o,) = parse_text(line).ooms
+    assert o.requested_bytes and o.allocated_bytes and o.free_bytes

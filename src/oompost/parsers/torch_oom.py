@@ -30,7 +30,7 @@ _SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
 
 TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE",
             "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory",
-            "while trying to allocate")
+            "while trying to allocate", "memory has been allocated")
 
 REQUEST = re.compile(rf"Tried to allocate (?:(?P<req>{_SZ})|(?P<eb>more than 1EB memory))")
 NEW_CAPACITY = re.compile(rf"GPU ?(?P<dev>\d*) has a total capac(?P<typo>i?)ty of (?P<cap>{_SZ})"
@@ -42,7 +42,7 @@ NEW_ALLOCATED = re.compile(rf"Of the allocated memory (?P<sz>{_SZ}) is allocated
 PRIVATE = re.compile(rf"with (?P<sz>{_SZ}) allocated in private pools")
 NEW_RESERVED_UNALLOC = re.compile(rf"and (?P<sz>{_SZ}) is reserved by PyTorch but unallocated")
 OLD_BLOCK = re.compile(
-    rf"\(GPU (?P<dev>\d+); (?P<cap>{_SZ}) total capacity; (?P<alloc>{_SZ}) already allocated; "
+    rf"\((?:GPU|NPU|XPU|MLU) (?P<dev>\d+); (?P<cap>{_SZ}) total capacity; (?P<alloc>{_SZ}) already allocated; "
     rf"(?P<free>{_SZ}) free;(?: (?P<allowed>{_SZ}) allowed;)? (?P<res>{_SZ}) (?:reserved in total by PyTorch|cached)")
 # the old block's fields one by one, for a message cut or wrapped part-way through
 OLD_FIELDS = {k: re.compile(rf"(?P<sz>{_SZ}) {v}") for k, v in (
@@ -56,6 +56,10 @@ LIB_ALLOC = re.compile(r"(?P<lib>CUBLAS|CUDNN|CUSOLVER|CUFFT)_(?:STATUS_)?(?:ALL
 HOST_ALLOC = re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate "
                         r"(?P<n>\d+) bytes")
 MPS = re.compile(r"MPS backend out of memory")
+# PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
+# been allocated and available memory is only 3.625000MB."
+PADDLE = re.compile(rf"Cannot allocate (?P<req>{_SZ}) memory on GPU (?P<dev>\d+), (?P<alloc>{_SZ}) memory has been "
+                    rf"allocated and available memory is only (?P<free>{_SZ})")
 # a device allocator's own figures (XLA / vLLM's cumem allocator): "... while trying to allocate 671088640 bytes
 # (free: 513736704, total: 85095874560)"
 BYTES_FREE_TOTAL = re.compile(r"while trying to allocate (?P<req>\d+) bytes \(free: (?P<free>\d+), "
@@ -114,7 +118,7 @@ class TorchOomParser:
 
     # a message wrapped by a terminal, a forum or a logger: its clauses continue on the next lines
     _CONTINUATION = re.compile(r"total capac|already allocated|free;|reserved in total|cached\)|allocated by PyTorch|"
-                               r"reserved by PyTorch|memory in use|allowed;|^\s*\(GPU \d+;|^\s*(?:GPU \d+ has|"
+                               r"reserved by PyTorch|memory in use|allowed;|^\s*\((?:GPU|NPU|XPU) \d+;|^\s*(?:GPU \d+ has|"
                                r"Of the allocated|Including non-PyTorch|[\d.]+\s?[KMGT]i?B\b)")
 
     def _continue_wrapped(self, ln: LogLine, rank: int | None) -> bool:
@@ -168,6 +172,13 @@ class TorchOomParser:
         if CUDA_ERROR_OOM.search(text):
             return OomEvent(OomKind.CUDA_ERROR, ref(self.path, ln), rank, exception=exc,
                             message_format="CUDA error: out of memory", stack=stack)
+        m = PADDLE.search(text)
+        if m:
+            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, int(m.group("dev")),
+                            requested_bytes=parse_size_or_none(m.group("req")),
+                            allocated_bytes=parse_size_or_none(m.group("alloc")),
+                            free_bytes=parse_size_or_none(m.group("free")), exception=exc, message_format="paddle",
+                            stack=stack, truncated=True)
         m = BYTES_FREE_TOTAL.search(text)
         if m:
             return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=int(m.group("req")),
@@ -189,7 +200,7 @@ class TorchOomParser:
         others = tuple((int(m.group("pid")), b) for m in OTHER_PROC.finditer(text)
                        if (b := _size(m)) is not None)
         partial = None
-        if old is None and "(GPU" in text and "already allocated" in text:
+        if old is None and ("(GPU" in text or "PU " in text) and "already allocated" in text:
             partial = {k: _size(r.search(text)) for k, r in OLD_FIELDS.items()}
         if old or partial:
             get = (lambda k: parse_size_or_none(old.group(k))) if old else partial.get
@@ -197,7 +208,7 @@ class TorchOomParser:
             res = get("res")
             if res is not None and alloc is not None and res < alloc and "cached" in text:
                 res = alloc + res        # 2018-19 messages: "cached" was the cached free memory, not the total
-            dev = re.search(r"\(GPU (\d+)", text)
+            dev = re.search(r"\((?:GPU|NPU|XPU|MLU) (\d+)", text)
             return OomEvent(
                 kind, ref(self.path, ln), rank, int(dev.group(1)) if dev else None, requested_bytes=requested,
                 capacity_bytes=get("cap"), free_bytes=get("free"),
