@@ -324,3 +324,14 @@ def test_paddle_out_of_memory():
             "15.719055GB memory has been allocated and available memory is only 3.625000MB.")
     (o,) = parse_text(line).ooms
     assert o.requested_bytes and o.allocated_bytes and o.free_bytes
+
+
+# facebookresearch/detectron2#214 (dev): detectron2's event lines carry "max_mem: 2996M" (no "B")
+D2 = ("[11/01 19:18:23 d2.utils.events]: eta: 4:58:26  iter: {i}  total_loss: 1.619  loss_cls: 1.110  "
+      "time: 0.1999  data_time: 0.0032  lr: 0.006593  max_mem: {m}M\n")
+
+
+def test_detectron2_max_mem_series():
+    assert parse_text("".join(D2.format(i=659 + 20 * k, m=2996) for k in range(7))).fact("cue.memory_growing") is None
+    assert parse_text("".join(D2.format(i=659 + 20 * k, m=2996 + 300 * k) for k in range(7))).fact(
+        "cue.memory_growing") is not None

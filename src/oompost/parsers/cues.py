@@ -203,7 +203,7 @@ class CueParser(SentinelParser):
                 self._model = (n, ln)
         if self._readings < self.SERIES_READINGS and (
                 "MiB" in text or "MB" in text or "GB" in text or "GiB" in text or "allocated" in text
-                or "emory" in text) and "Tried to allocate" not in text and "total capacity" not in text:
+                or "emory" in text or "mem" in text) and "Tried to allocate" not in text and "total capacity" not in text:
             fig = _figure(text)
             if fig is not None:
                 self._readings += 1
