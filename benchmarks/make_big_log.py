@@ -4,10 +4,12 @@ Two shapes, both ending in a real crash (the OOM traceback of
 sample_logs/activation_spike_long_batch, under a rank prefix):
 
 ``training``  what a 100 MB log of a long 8-rank run looks like: the real
-    DeepSpeed start-up of a capture, then per-step lines of every rank in the
-    format our training script printed (step counter and memory figures
-    advanced), tqdm progress bars, NCCL INFO transport lines in NCCL's format
-    (``host:pid:tid [dev] NCCL INFO Channel ...``) and Python warnings.
+    DeepSpeed start-up of a capture (its config dump included), then per-step
+    lines of every rank in the format our training script printed (step
+    counter and memory figures advanced), tqdm progress bars, NCCL INFO
+    transport lines in NCCL's format (``host:pid:tid [dev] NCCL INFO Channel
+    ...``) and Python warnings; at the end rank 3's OOM and the other ranks'
+    NCCL watchdog timeouts.
 ``replay``    the pessimistic case: every captured log's lines re-emitted
     round-robin under ``[rankN]:`` prefixes, so most lines are start-up
     boilerplate, config dumps and tracebacks that the parsers must read.
@@ -24,12 +26,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_logs"
 CRASH = SAMPLES / "activation_spike_long_batch" / "run.log"
+WATCHDOG = SAMPLES / "nccl_watchdog_timeout" / "run.log"
 
 
 def _crash_tail() -> list[str]:
     lines = CRASH.read_text().splitlines()
     start = next(i for i, ln in enumerate(lines) if "Traceback" in ln)
     return [f"[rank3]: {ln}" for ln in lines[start:]]
+
+
+def _watchdog_tail(ranks: int, oom_rank: int = 3) -> list[str]:
+    """The other ranks waiting on the one that died: the real watchdog timeout line of a capture,
+    under each surviving rank's prefix."""
+    line = next(ln for ln in WATCHDOG.read_text().splitlines() if ln.startswith("[rank0]:")
+                and "Watchdog caught collective operation timeout" in ln)
+    return [line.replace("[rank0]:", f"[rank{r}]:").replace("[Rank 0]", f"[Rank {r}]")
+            for r in range(ranks) if r != oom_rank]
 
 
 def build_replay(path: str, size: int, ranks: int = 8) -> None:
@@ -82,7 +94,7 @@ def build_training(path: str, size: int, ranks: int = 8, seed: int = 0) -> None:
             s = "\n".join(out) + "\n"
             f.write(s)
             written += len(s)
-        f.write("\n".join(_crash_tail()) + "\n")
+        f.write("\n".join(_crash_tail() + _watchdog_tail(ranks)) + "\n")
 
 
 def main() -> int:

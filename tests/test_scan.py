@@ -221,3 +221,20 @@ def test_redact_hides_job_and_file_names_in_the_index_history_and_paths(tmp_path
     again = CliRunner().invoke(cli, ["scan", str(root), "-o", str(out), "--redact", "--quiet"])
     assert again.exit_code == 4
     assert sum(row.get("reused", False) for row in json.loads((out / "index.json").read_text())["jobs"]) >= 1
+
+
+def test_chunks_put_the_heaviest_jobs_first_and_lose_none() -> None:
+    """Longest processing time first: the 10 MB log starts first, not last, and
+    a heavy job does not share its chunk with a queue of others."""
+    from oompost.scan import CHUNK_SECONDS_TARGET, _chunks
+
+    tasks = [(f"job{i}",) for i in range(200)]
+    weights = [50_000] * 200
+    weights[150] = 10_000_000                                # one big log, late in discovery order
+    weights[7] = 5_000_000
+    chunks = _chunks(tasks, 2, weights)
+    flat = [t for c in chunks for t in c]
+    assert sorted(flat) == sorted(tasks)                     # every job exactly once
+    assert chunks[0] == [("job150",)] and chunks[1] == [("job7",)]
+    assert all(len(c) <= CHUNK_SECONDS_TARGET for c in chunks)
+    assert _chunks([], 2, []) == []

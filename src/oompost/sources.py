@@ -10,7 +10,7 @@ import gzip
 import io
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -307,121 +307,129 @@ _MIDLINE_RANK_RE = re.compile(r"\[rank(\d+)\]:")
 
 class LineScanner:
     """Streams a (possibly gzipped) file in large blocks and yields only the
-    lines that contain a sentinel — found with ``bytes.find`` over the whole
-    block, at memory speed — plus every line while the consumer sets
+    lines that contain a sentinel, plus every line while the consumer sets
     ``want_all`` (a multi-line construct is open).  Sentinel group ``i``
     belongs to consumer ``i``; a yielded line carries the bit mask of the
     consumers whose sentinels it contains (0 for a line yielded only because
-    of ``want_all``).  Line numbers stay exact: the newlines of skipped
-    stretches are counted, not iterated.
+    of ``want_all``).
 
-    For big files the sentinel search runs in a second process (one pass per
-    sentinel over each block is what costs time), overlapping the parsing.
+    Dispatch is by line shape: the line with each digit turned into ``0``.  A
+    big log repeats a few shapes (step lines, NCCL INFO lines, progress bars)
+    millions of times, so which sentinels a shape holds is worked out once per
+    shape.  A sentinel without digits occurs in a line exactly when it occurs
+    in the line's shape, so the mask is exact; the few sentinels with digits
+    in them ("137") are tested on the lines whose shape could hold them.
+
+    A consumer can change its group while the file is read (``set_group``): a
+    parser that has found what it looks for stops paying for lines it no
+    longer needs.  One consumer can take its lines in bulk (``direct``): for a
+    shape that only it wants, it decides once how to read such lines, and
+    they go to it straight from the loop instead of being yielded.
     """
 
     BLOCK = 4 * 2**20
-    PARALLEL_MIN_BYTES = 24 * 2**20
+    MAX_SHAPES = 1 << 16            # distinct shapes remembered (a log of unique lines clears it now and then)
+    MAX_SHAPE_LEN = 4096            # longer lines are tested directly
 
     def __init__(self, path: str | os.PathLike[str], groups: list[tuple[str, ...]]) -> None:
         self.path = path
-        self.sentinels = _merged_sentinels(groups)
+        self._groups = [tuple(g) for g in groups]
         self.want_all = False
         self.lines_read = 0
+        self._direct_bit = 0
+        self._classify: Callable[[bytes], object] | None = None
+        self._take: Callable[[list[tuple[int, bytes, bytes, Any]]], None] | None = None
+        self._version = 0
+        self._compile()
+
+    def set_group(self, i: int, sentinels: tuple[str, ...]) -> None:
+        """Consumer ``i`` is offered only lines with one of ``sentinels`` from the next line on."""
+        self._groups[i] = tuple(sentinels)
+        self._compile()
+
+    def direct(self, i: int, classify: Callable[[bytes], object],
+               take: Callable[[list[tuple[int, bytes, bytes, Any]]], None]) -> None:
+        """Lines that only consumer ``i`` wants, while no multi-line construct is open, and
+        whose shape ``classify`` gives a ``how`` for (decided once per shape), go to ``take`` as
+        ``(lineno, raw, prev, how)`` in lists, in file order, each list before any line yielded
+        after it; the others are yielded as usual."""
+        self._direct_bit, self._classify, self._take = 1 << i, classify, take
+        self._compile()
+
+    def _compile(self) -> None:
+        merged = _merged_sentinels(self._groups)
+        self._plain = tuple((s, bit) for s, bit in merged.items() if not _has_digit(s))
+        self._digits = tuple((s.translate(_ZERO), s, bit) for s, bit in merged.items() if _has_digit(s))
+        self._shapes: dict[bytes, tuple[int, tuple[tuple[bytes, int], ...], object]] = {}
+        self._version += 1
+
+    def _shape(self, shape: bytes) -> tuple[int, tuple[tuple[bytes, int], ...], object]:
+        mask = 0
+        for s, bit in self._plain:
+            if s in shape:
+                mask |= bit
+        digits = tuple((s, bit) for z, s, bit in self._digits if z in shape)
+        how = None
+        if mask == self._direct_bit and self._classify is not None:
+            how = self._classify(shape)
+        return mask, digits, how
 
     def __iter__(self) -> Iterator[tuple[int, bytes, bytes, int]]:
-        worker = self._start_worker()
         lineno = 0
+        prev = b""
+        shapes, version = self._shapes, self._version
+        direct_bit, take = self._direct_bit, self._take
+        max_shape, max_shapes = self.MAX_SHAPE_LEN, self.MAX_SHAPES
+        zero = _ZERO
+        taken: list[tuple[int, bytes, bytes, Any]] = []
         try:
-            for block, cands in _blocks(self.path, self.sentinels if worker is None else None):
-                if worker is not None:
-                    cands = worker.recv()
-                yield from self._block(block, lineno, cands)
-                lineno += block.count(b"\n")
+            for block in _blocks(self.path):
+                lines = block.split(b"\n")
+                lines.pop()                     # a block ends with a newline
+                for line in lines:
+                    lineno += 1
+                    if len(line) <= max_shape:
+                        key = line.translate(zero)
+                        info = shapes.get(key)
+                        if info is None:
+                            if len(shapes) >= max_shapes:
+                                shapes.clear()
+                            info = shapes[key] = self._shape(key)
+                    else:
+                        info = self._shape(line.translate(zero))
+                    mask, digits, how = info
+                    for s, bit in digits:
+                        if s in line:
+                            mask |= bit
+                    if mask or self.want_all:
+                        if how is not None and mask == direct_bit and not self.want_all:
+                            taken.append((lineno, line.rstrip(b"\r"), prev, how))
+                        else:
+                            if taken:
+                                take(taken)  # type: ignore[misc]
+                                taken = []
+                            yield lineno, line.rstrip(b"\r"), prev, mask
+                            if self._version != version:
+                                shapes, version = self._shapes, self._version
+                                direct_bit, take = self._direct_bit, self._take
+                    prev = line
+                if taken:
+                    take(taken)  # type: ignore[misc]
+                    taken = []
         finally:
             self.lines_read = lineno
-            if worker is not None:
-                worker.close()
-
-    def _start_worker(self) -> "_Worker | None":
-        """A child process (``python -m oompost.sources``: no fork, no multiprocessing
-        main-module re-import) that computes each block's candidates."""
-        try:
-            if os.path.getsize(self.path) < self.PARALLEL_MIN_BYTES:
-                return None
-        except OSError:
-            return None
-        import subprocess
-        import sys
-
-        spec = orjson.dumps({"path": os.fspath(self.path),
-                             "sentinels": [[k.decode("latin-1"), v] for k, v in self.sentinels.items()]})
-        try:
-            proc = subprocess.Popen([sys.executable, "-m", "oompost.sources", "--candidates"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-            assert proc.stdin is not None
-            proc.stdin.write(spec)
-            proc.stdin.close()
-        except OSError:
-            return None
-        return _Worker(proc)
-
-    def _block(self, block: bytes, base: int, masks: dict[int, int]) -> Iterator[tuple[int, bytes, bytes, int]]:
-        starts = sorted(masks)
-        pos = 0
-        lineno = base
-        n = len(block)
-        i = 0
-        count = block.count
-        find = block.find
-        rfind = block.rfind
-        while pos < n:
-            if not self.want_all:
-                while i < len(starts) and starts[i] < pos:
-                    i += 1
-                if i == len(starts):
-                    return
-                target = starts[i]
-                lineno += count(b"\n", pos, target)
-                pos = target
-            end = find(b"\n", pos)
-            lineno += 1
-            prev = block[rfind(b"\n", 0, pos - 1) + 1:pos - 1] if pos else b""
-            yield lineno, block[pos:end].rstrip(b"\r"), prev, masks.get(pos, 0)
-            pos = end + 1
 
 
-class _Worker:
-    """Reads the candidate worker's output: per block, a uint32 count then
-    count (offset, mask) uint32 pairs.  A worker that dies yields an error."""
+_ZERO = bytes.maketrans(b"123456789", b"000000000")
 
-    def __init__(self, proc) -> None:  # type: ignore[no-untyped-def]
-        self.proc = proc
 
-    def _read(self, n: int) -> bytes:
-        data = self.proc.stdout.read(n)
-        if len(data) != n:
-            raise InputError(f"the line scanner's helper process stopped (exit {self.proc.poll()})")
-        return data
-
-    def recv(self) -> dict[int, int]:
-        from array import array
-
-        (count,) = array("I", self._read(4))
-        pairs = array("I")
-        pairs.frombytes(self._read(8 * count))
-        return dict(zip(pairs[0::2], pairs[1::2]))
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+def _has_digit(s: bytes) -> bool:
+    return s.translate(_ZERO) != s or b"0" in s
 
 
 def _merged_sentinels(groups: list[tuple[str, ...]]) -> dict[bytes, int]:
     """Sentinel → consumer bit mask.  Within one consumer's group, a sentinel
-    containing a shorter one adds no lines and is dropped (each costs a pass)."""
+    containing a shorter one adds no lines and is dropped."""
     out: dict[bytes, int] = {}
     for i, group in enumerate(groups):
         kept: list[bytes] = []
@@ -433,8 +441,8 @@ def _merged_sentinels(groups: list[tuple[str, ...]]) -> dict[bytes, int]:
     return out
 
 
-def _blocks(path: str | os.PathLike[str], sentinels: dict[bytes, int] | None) -> Iterator[tuple[bytes, dict[int, int]]]:
-    """Newline-aligned blocks of the file, with their candidates when asked."""
+def _blocks(path: str | os.PathLike[str]) -> Iterator[bytes]:
+    """Newline-aligned blocks of the file (each ends with a newline)."""
     f = open_binary(path)
     carry = b""
     lineno = 0
@@ -446,12 +454,11 @@ def _blocks(path: str | os.PathLike[str], sentinels: dict[bytes, int] | None) ->
                 if block:
                     block += b"" if block.endswith(b"\n") else b"\n"
                     lineno += block.count(b"\n")
-                    yield block, (_candidates(block, sentinels) if sentinels is not None else {})
+                    yield block
                 raise TruncatedInput(lineno, err)
             if not data:
                 if carry:
-                    block = carry + b"\n"
-                    yield block, (_candidates(block, sentinels) if sentinels is not None else {})
+                    yield carry + b"\n"
                 return
             block = carry + data
             cut = block.rfind(b"\n")
@@ -461,44 +468,9 @@ def _blocks(path: str | os.PathLike[str], sentinels: dict[bytes, int] | None) ->
             carry = block[cut + 1:]
             block = block[:cut + 1]
             lineno += block.count(b"\n")
-            yield block, (_candidates(block, sentinels) if sentinels is not None else {})
+            yield block
     finally:
         f.close()
-
-
-def _candidates(block: bytes, sentinels: dict[bytes, int]) -> dict[int, int]:
-    """Line start offset → mask of the consumers whose sentinels occur on that line."""
-    hits: dict[int, int] = {}
-    find = block.find
-    rfind = block.rfind
-    for s, bit in sentinels.items():
-        j = find(s)
-        while j >= 0:
-            start = rfind(b"\n", 0, j) + 1
-            hits[start] = hits.get(start, 0) | bit
-            nxt = find(b"\n", j)
-            j = find(s, nxt + 1) if nxt >= 0 else -1
-    return hits
-
-
-def _candidate_worker_main() -> int:
-    """``python -m oompost.sources --candidates``: read {path, sentinels} as JSON on
-    stdin, write each block's candidates to stdout (see ``_Worker``)."""
-    import sys
-    from array import array
-
-    spec = orjson.loads(sys.stdin.buffer.read())
-    sentinels = {k.encode("latin-1"): int(v) for k, v in spec["sentinels"]}
-    out = sys.stdout.buffer
-    for _, cands in _blocks(spec["path"], sentinels):
-        pairs = array("I")
-        for start in sorted(cands):
-            pairs.append(start)
-            pairs.append(cands[start])
-        out.write(array("I", [len(cands)]).tobytes())
-        out.write(pairs.tobytes())
-    out.flush()
-    return 0
 
 
 # What pasting a log into an issue tracker or a terminal adds around it: markdown
@@ -556,10 +528,3 @@ class TruncatedInput(Exception):
         super().__init__(reason)
         self.lineno = lineno
         self.reason = reason
-
-
-if __name__ == "__main__":  # the line scanner's helper process
-    import sys
-
-    if sys.argv[1:] == ["--candidates"]:
-        raise SystemExit(_candidate_worker_main())

@@ -210,6 +210,7 @@ class _Program:
         self.states: list[list[_Block]] = []
         self.gathered: dict[str, list[_Block]] = {}
         self.trace: list[_PMod] | None = None
+        self._ng: list[int] | None = None          # trace positions whose module is not gathered
         self.rec: list[_PMod] = []
         self.pos = 0
         self.micro = 0
@@ -461,6 +462,12 @@ class _Program:
                 blocks.append(self.A(self.e * n, "buckets", self.ags))
                 self.avail += n
         self.gathered[m.key] = blocks
+        if self._ng is not None:                   # its trace positions are no longer waiting
+            ng = self._ng
+            for i in self._tr_where.get(m.key, ()):
+                k = bisect.bisect_left(ng, i)
+                if k < len(ng) and ng[k] == i:
+                    del ng[k]
 
     def _prefetch(self) -> None:
         """partitioned_param_coordinator: after a fetch, gather the next modules of the
@@ -473,13 +480,16 @@ class _Program:
         trace = self.trace
         if trace is None:
             return
-        numel, gathered = self._tr_numel, self.gathered
-        while i < len(trace) and num < budget:
-            m = trace[i]
-            if m.key not in gathered:
-                self._gather(m)
-                num += numel[i]
-            i += 1
+        # the next trace positions whose module is not gathered, in order (kept in self._ng, so
+        # the walk does not step over the gathered ones one by one)
+        numel, ng = self._tr_numel, self._ng
+        assert ng is not None
+        j = bisect.bisect_left(ng, i)
+        while j < len(ng) and num < budget:
+            i = ng[j]
+            self._gather(trace[i])
+            num += numel[i]
+            j = bisect.bisect_left(ng, i + 1)
 
     def _index_trace(self) -> None:
         """Per position of the recorded trace: its elements, their running sum, and
@@ -494,6 +504,7 @@ class _Program:
         for i, m in enumerate(self.trace):
             where.setdefault(m.key, []).append(i)
         self._tr_where = where
+        self._ng = [i for i, m in enumerate(self.trace) if m.key not in self.gathered]
 
     def release(self, mods: list[_PMod]) -> None:
         if self.amp or not self._needs_gather():
@@ -514,6 +525,9 @@ class _Program:
                 self._drop(m.key)
 
     def _drop(self, key: str) -> None:
+        if self._ng is not None and key in self.gathered:
+            for i in self._tr_where.get(key, ()):
+                bisect.insort(self._ng, i)
         blocks = self.gathered.pop(key, None)
         if blocks:
             mod = self.modmap[key]

@@ -71,28 +71,31 @@ def _parse_text(path: str, kind: InputKind, out: EvidenceBuilder, sniff_note: st
     warnings: list[str] = []
     n = 0
     # Most lines of a big log interest no parser.  Each parser declares the literal
-    # substrings its patterns need (SENTINELS); the scanner finds them with
-    # bytes.find over large blocks, and only those lines -- plus every line while a
-    # multi-line block (a traceback, a JSON dump, a ChildFailedError) is open -- are
-    # decoded, prefix-stripped and offered to the parsers.
+    # substrings its patterns need (SENTINELS); the scanner tests them once per line
+    # shape, and only the lines holding one -- plus every line while a multi-line
+    # block (a traceback, a JSON dump, a ChildFailedError) is open -- are decoded,
+    # prefix-stripped and offered to the parsers.  A parser that has found what it
+    # looks for narrows its sentinels (``on_narrow``) and stops being offered the rest.
     # bit i of a line's mask: parser i's sentinels occur in it; the last bit: a traceback starts
     scanner = LineScanner(path, [p.SENTINELS for p in parsers] + [TracebackTracker.SENTINELS])
+    for i, p in enumerate(parsers):
+        if hasattr(p, "on_narrow"):
+            p.on_narrow = lambda sentinels, i=i: scanner.set_group(i, sentinels)
     on_close = [p for p in parsers if p.TRIGGER is None]
     indexed = [(1 << i, p) for i, p in enumerate(parsers) if p.TRIGGER is not None]
     multiline = [*parsers, tracebacks]
     from .steps import StepParser
 
     steps = next((p for p in parsers if isinstance(p, StepParser)), None)
-    steps_bit = 1 << parsers.index(steps) if steps is not None else 0
+    if steps is not None:      # step lines (most of a long run's log) go to it in bulk
+        scanner.direct(parsers.index(steps), steps.raw_shape, steps.take_raw)  # type: ignore[arg-type]
     try:
         for n, raw, prev, mask in scanner:
-            if mask == steps_bit and not scanner.want_all and steps.feed_raw(n, raw, prev):
-                continue
             for ln in decode_line(n, raw, prev=prev):
                 rank = ln.rank if ln.rank is not None else (ln.local_rank if ln.local_rank is not None else rank_hint)
                 tracebacks.feed(ln, rank)
                 for bit, p in indexed:
-                    if mask & bit or mask < 0 or p.busy:
+                    if mask & bit or p.busy:
                         p.feed(ln)
                 closed = tracebacks.closed_on(rank, n)
                 for p in on_close:

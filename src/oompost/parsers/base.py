@@ -7,15 +7,17 @@ per-rank state because ranks interleave in one file.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol, TypeVar
 
 from ..model import (DsConfigSeen, Evidence, Fact, Failure, InputInfo, MemoryReading, OomEvent,
                      ParseWarning, RankExit, Snapshot, SourceRef)
 from ..sources import LogLine
 
 MAX_REF_TEXT = 400
+T = TypeVar("T")
 
 
 def ref(path: str, ln: LogLine, text: str | None = None) -> SourceRef:
@@ -84,6 +86,32 @@ def literal_trigger(words: "tuple[str, ...] | list[str]") -> "re.Pattern[str]":
     return re.compile(build(trie))
 
 
+_MISS = object()
+
+
+def memo_by_text(fn: "Callable[[str], T]") -> "Callable[[str], T]":
+    """``fn``, a pure function of one line's text, computed once per distinct text: a long log
+    repeats the same lines (restarts, config dumps, warnings) thousands of times.  Bounded: texts
+    of up to 4,000 characters, 2 million characters remembered at most (then forgotten at once)."""
+    cache: dict[str, T] = {}
+    held = [0]
+
+    @functools.wraps(fn)
+    def wrapper(text: str) -> T:
+        got = cache.get(text, _MISS)
+        if got is _MISS:
+            got = fn(text)
+            if len(text) <= 4000:
+                if held[0] + len(text) > 2_000_000:
+                    cache.clear()
+                    held[0] = 0
+                cache[text] = got
+                held[0] += len(text)
+        return got  # type: ignore[return-value]
+
+    return wrapper
+
+
 class LineParser(Protocol):
     """A text parser.  One instance per input file."""
 
@@ -92,6 +120,10 @@ class LineParser(Protocol):
 
     def finish(self) -> None:
         """End of file: flush any pending multi-line construct."""
+
+
+def _ignore(sentinels: tuple[str, ...]) -> None:
+    pass
 
 
 class SentinelParser:
@@ -105,7 +137,14 @@ class SentinelParser:
         self.path = path
         self.out = out
         self.rank_hint = rank_hint
+        self.on_narrow: Callable[[tuple[str, ...]], None] = _ignore
         self.setup()
+
+    def narrow(self, sentinels: tuple[str, ...]) -> None:
+        """From now on, offer this parser only the lines holding one of ``sentinels``
+        (a subset of ``SENTINELS``: the parser promises that no other line could
+        change what it reports).  The line driver binds ``on_narrow``."""
+        self.on_narrow(sentinels)
 
     def __init_subclass__(cls, **kw: object) -> None:
         super().__init_subclass__(**kw)

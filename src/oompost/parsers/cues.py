@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ..sources import LogLine
-from .base import SentinelParser, ref
+from .base import SentinelParser, memo_by_text, ref
 
 # name -> (sentinels, pattern)
 CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
@@ -73,6 +73,7 @@ MODEL_NAME = re.compile(rf"(?i)(?<![\w.])(?:[\w.-]*/)?(?:{_FAMILIES})[\w.]*?(?:-
                         rf"(?P<u>[bBmM])(?![a-zA-Z0-9])")
 
 
+@memo_by_text
 def model_params_from_name(text: str) -> int | None:
     m = MODEL_NAME.search(text)
     if m is None:
@@ -81,6 +82,7 @@ def model_params_from_name(text: str) -> int | None:
     return int(n) if 1e7 <= n <= 2e12 else None
 
 
+@memo_by_text
 def _figure(text: str) -> tuple[str, float] | None:
     m = _FIGURE.search(text)
     if m is None:
@@ -108,6 +110,7 @@ _PROGRESS = re.compile(r"(?P<bar>\d+)/\d+ \[[\d:]|\b[Ee]poch\s*[:\[]?\s*(?P<epoc
                        r"\b(?:[Ss]tep|[Ii]ter(?:ation)?|global_step)\s*[:=\[]?\s*(?P<step>\d+)")
 
 
+@memo_by_text
 def progress_of(text: str) -> tuple[int, int]:
     """(steps, epochs) a progress line shows; (0, 0) when none."""
     steps = epochs = 0
@@ -168,18 +171,21 @@ class CueParser(SentinelParser):
         self._model: tuple[int, LogLine] | None = None
         self._progress: tuple[int, int, LogLine | None] = (0, 0, None)
         self._pending = {k: (_literal(s), pat) for k, (s, pat) in CUES.items()}
+        self._any_pending = _literal(tuple({s for sents, _ in CUES.values() for s in sents}))   # one test per line
         self._lines = 0
         self._readings = 0
         self._summary: dict[str, tuple[int, LogLine]] = {}      # memory_summary(): first table's figures
         self._query: str | None = None          # a REPL / print() memory query whose value is on the next line
         self._query_ln: LogLine | None = None
         self.busy = False
+        self._narrowed = False
 
     def _query_answer(self, text: str) -> None:
         key, self._query, self.busy = self._query, None, False
         m = BARE_VALUE.match(text)
         if m is not None and key is not None:
             self._series.setdefault(key, []).append(float(m.group("v")))
+
     # Cues are about where a run was: the first sighting of each is what matters, so a long log pays
     # for each pattern only until it is found (and for the memory series only up to a bound).
     MODEL_NAME_LINES = 20_000
@@ -219,12 +225,29 @@ class CueParser(SentinelParser):
             if st > p_steps or ep > p_epochs:
                 self._progress = (max(st, p_steps), max(ep, p_epochs), ln)
         pending = self._pending
-        for name in tuple(pending):
-            sents, pat = pending[name]
-            if sents.search(text) and pat.search(text):
-                self._counts[name] = 1
-                self._first[name] = ln
-                del pending[name]
+        found = False
+        if self._any_pending.search(text):
+            for name in tuple(pending):
+                sents, pat = pending[name]
+                if sents.search(text) and pat.search(text):
+                    self._counts[name] = 1
+                    self._first[name] = ln
+                    del pending[name]
+                    found = True
+            if found:
+                left = tuple({s for name in pending for s in CUES[name][0]})
+                self._any_pending = _literal(left) if left else re.compile(r"(?!)")
+        if found or not self._narrowed:
+            self._maybe_narrow()
+
+    def _maybe_narrow(self) -> None:
+        """Once the model name, the memory series and the progress can no longer change (found, or
+        past their bounds), only the cues still pending need lines: their sentinels are all it asks for."""
+        p_steps, p_epochs, _ = self._progress
+        if ((self._model is not None or self._lines > self.MODEL_NAME_LINES)
+                and self._readings >= self.SERIES_READINGS and (p_steps >= 50 or p_epochs >= 2)):
+            self._narrowed = True
+            self.narrow(tuple(sorted({s for name in self._pending for s in CUES[name][0]})))
 
     def _memory_summary(self, text: str, ln: LogLine) -> None:
         from ..units import parse_size_or_none

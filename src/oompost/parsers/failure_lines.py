@@ -16,7 +16,7 @@ import re
 
 from ..model import Failure, FailureKind
 from ..sources import LogLine
-from .base import SentinelParser, line_rank, ref
+from .base import SentinelParser, memo_by_text, line_rank, ref
 
 # (kind, sentinels, pattern)
 PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
@@ -109,6 +109,24 @@ _NCCL_RETURN_CODE = {"1": FailureKind.NCCL_OTHER, "2": FailureKind.NCCL_SYSTEM, 
                      "6": FailureKind.NCCL_REMOTE}
 
 
+@memo_by_text
+def _classify(text: str) -> tuple[bool, FailureKind | None, bool]:
+    """Whether a line reads as an OOM, the failure kind it shows (the first that matches), and whether
+    that is only an NCCL error return chain line.  Once per distinct text: a long log repeats its
+    failure-shaped lines."""
+    if len(text) > 4000:
+        text = text[-4000:]
+    is_oom = bool(_OOM_LIT.search(text) and _ANY_OOM.search(text))
+    for kind, sents, pat in _COMPILED:
+        if sents.search(text) and (m := pat.search(text)):
+            if kind is FailureKind.PYTHON_EXCEPTION and _ANY_OOM.search(text):
+                continue
+            if "code" in pat.groupindex and m.group("code"):
+                return is_oom, _NCCL_RETURN_CODE.get(m.group("code"), FailureKind.NCCL_OTHER), True
+            return is_oom, kind, False
+    return is_oom, None, False
+
+
 def _family(kind: FailureKind) -> str:
     if kind.value.startswith("nccl"):
         return "nccl"
@@ -120,8 +138,17 @@ def _family(kind: FailureKind) -> str:
     return kind.value
 
 
+# "NCCL" is on every NCCL INFO line of a big log; the lines offered are those holding what the
+# NCCL-system pattern's branches need (each branch holds one of these or another kind's sentinel),
+# so every line that "NCCL" let through and that matches is still offered.  The per-kind test in
+# ``feed`` keeps the sentinels above: the same lines match as before.
+_NCCL_BRANCHES = ("NCCL WARN", "NCCL error", "NCCL communicator", "ProcessGroupNCCL", "unhandled system error",
+                  "internal error - please report", "remote process exited", "c10d")
+
+
 class FailureLineParser(SentinelParser):
-    SENTINELS: tuple[str, ...] = tuple(sorted({s for _, sents, _ in PATTERNS for s in sents} | set(_OOM_SENTINELS)))
+    SENTINELS: tuple[str, ...] = tuple(sorted(({s for _, sents, _ in PATTERNS for s in sents} - {"NCCL"})
+                                              | set(_NCCL_BRANCHES) | set(_OOM_SENTINELS)))
 
     def setup(self) -> None:
         self._found: list[tuple[FailureKind, LogLine]] = []
@@ -129,20 +156,11 @@ class FailureLineParser(SentinelParser):
         self._chain: list[tuple[FailureKind, LogLine]] = []     # NCCL INFO "file.cc:N -> code" lines
 
     def feed(self, ln: LogLine) -> None:
-        text = ln.text
-        if len(text) > 4000:
-            text = text[-4000:]
-        if self._oom is None and _OOM_LIT.search(text) and _ANY_OOM.search(text):
+        is_oom, kind, chain = _classify(ln.text)
+        if self._oom is None and is_oom:
             self._oom = ln
-        for kind, sents, pat in _COMPILED:
-            if sents.search(text) and (m := pat.search(text)):
-                if kind is FailureKind.PYTHON_EXCEPTION and _ANY_OOM.search(text):
-                    continue
-                if "code" in pat.groupindex and m.group("code"):
-                    self._chain.append((_NCCL_RETURN_CODE.get(m.group("code"), FailureKind.NCCL_OTHER), ln))
-                    return
-                self._found.append((kind, ln))
-                return
+        if kind is not None:
+            (self._chain if chain else self._found).append((kind, ln))
 
     def finish(self) -> None:
         self._unread_oom()

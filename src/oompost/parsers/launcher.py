@@ -21,6 +21,7 @@ Everything becomes ``RankExit`` / ``Failure`` records (appended in file order, f
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -636,10 +637,7 @@ class LauncherParser:
         if "WORLD INFO DICT" in t:
             m = DS_WORLD_INFO_RE.search(t)
             if m:
-                try:
-                    info = ast.literal_eval(m.group("d"))
-                except (ValueError, SyntaxError, MemoryError, RecursionError):
-                    info = None
+                info = _world_info(m.group("d"))
                 if isinstance(info, dict):
                     clean = {str(k): [int(x) for x in v] for k, v in info.items()
                              if isinstance(v, (list, tuple)) and all(isinstance(x, int) for x in v)}
@@ -823,3 +821,13 @@ def _commit(target: list, final: dict[int, object | None]) -> None:  # type: ign
         else:
             new.append(x)
     target[:] = new
+
+
+@functools.lru_cache(maxsize=64)
+def _world_info(text: str) -> object:
+    """The WORLD INFO DICT, parsed once per distinct text (a log that restarts a job prints it again and again)."""
+    try:
+        info = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return info if isinstance(info, dict) else None

@@ -92,6 +92,7 @@ class StepParser:
         self._history: dict[int | None, list[LogLine]] = {}
         self._seen_steps: dict[int | None, int] = {}
         self._stride: dict[int | None, int] = {}
+        self._layouts: dict[bytes, tuple[_Layout | None, tuple[int, int] | None]] = {}
 
     # Step lines can be most of a 100 MB log.  They are kept cheaply (the last
     # KEEP of each rank, plus every 2**k-th earlier one within a bound) and parsed
@@ -110,23 +111,70 @@ class StepParser:
             return
         self._facts(text, ln)
 
-    def feed_raw(self, lineno: int, raw: bytes, prev: bytes) -> bool:
-        """Fast path for lines only this parser wants: a step line with memory
-        figures is kept undecoded (decoded at the end only if it survives the
-        thinning).  Returns False when the line needs the normal path."""
-        if not (b"lloc" in raw or b"reserved" in raw or b"cached" in raw) or STEP_BYTES.search(raw) is None:
-            return False
-        rank = self.rank_hint
-        if raw.startswith(b"[rank"):
-            close = raw.find(b"]:", 5, 12)
-            if close > 5 and raw[5:close].isdigit():
-                rank = int(raw[5:close])
+    def raw_shape(self, shape: bytes) -> int | None:
+        """Fast path for lines only this parser wants, decided once per line shape (the line with
+        its digits turned into 0s, which reads the same to every test here): a step line with
+        memory figures is kept undecoded (decoded at the end only if it survives the thinning).
+        Returns where its ``[rankN]`` prefix closes (0: no prefix), or None when such lines need
+        the normal path."""
+        if not (b"lloc" in shape or b"reserved" in shape or b"cached" in shape) or STEP_BYTES.search(shape) is None:
+            return None
+        if shape.startswith(b"[rank"):
+            close = shape.find(b"]:", 5, 12)
+            return close if close > 5 and shape[5:close].isdigit() else None
+        if shape[:1] in (b"[", b"(") or shape[:1].isdigit():
+            return None                       # another prefix style: take the normal path
+        return 0
+
+    def take_raw(self, items: list[tuple[int, bytes, bytes, int]]) -> None:
+        """Lines of shapes ``raw_shape`` accepted, in file order: ``(lineno, raw, prev, close)``.
+        Kept per rank in bulk, the same as one ``_keep_item`` each."""
+        by_rank: dict[int | None, list] = {}
+        prefixes: dict[bytes, int] = {}
+        hint = self.rank_hint
+        for item in items:
+            close = item[3]
+            if close:
+                prefix = item[1][:close]
+                rank = prefixes.get(prefix)
+                if rank is None:
+                    rank = prefixes[prefix] = int(prefix[5:])
             else:
-                return False
-        elif raw[:1] in (b"[", b"(") or raw[:1].isdigit():
-            return False                      # another prefix style: take the normal path
-        self._keep_item(rank, (lineno, raw, prev))
-        return True
+                rank = hint
+            group = by_rank.get(rank)
+            if group is None:
+                group = by_rank[rank] = []
+            group.append(item)
+        for rank, group in by_rank.items():
+            self._keep_many(rank, group)
+
+    def _keep_many(self, rank: int | None, items: list) -> None:
+        tail = self._tails.get(rank)
+        if tail is None:
+            tail = self._tails[rank] = collections.deque(maxlen=self.KEEP)
+            self._seen_steps[rank] = 0
+            self._history[rank] = []
+        n = self._seen_steps[rank]
+        k = len(items)
+        self._seen_steps[rank] = n + k
+        # the item counted c pushes out the one counted c - KEEP (once the tail is full); that one
+        # joins the history when its count is a multiple of the stride at that moment
+        first, end = max(n, self.KEEP) - self.KEEP, n + k - self.KEEP
+        if first < end:
+            base = n - len(tail)                      # the count of tail[0]
+            hist = self._history[rank]
+            stride = self._stride.get(rank, 1)
+            e = -(-first // stride) * stride
+            while e < end:
+                hist.append(tail[e - base] if e < n else items[e - n])
+                if len(hist) > self.HISTORY:          # thin the history, keep the stride growing
+                    del hist[::2]
+                    stride *= 2
+                    self._stride[rank] = stride
+                    e = -(-(e + 1) // stride) * stride
+                else:
+                    e += stride
+        tail.extend(items)
 
     def _keep(self, ln: LogLine) -> None:
         self._keep_item(line_rank(ln, self.rank_hint), ln)
@@ -156,33 +204,38 @@ class StepParser:
         for rank, tail in self._tails.items():
             for item in [*self._history[rank], *tail]:
                 ln = item if isinstance(item, LogLine) else decode_line(item[0], item[1], prev=item[2])[0]
-                self._memory(ln.text, ln, rank)
-                if "seq" in ln.text:
-                    m = re.search(r"\bseq(?:_len)?\s+(?P<v>\d+)\b", ln.text)
-                    if m:
-                        self._fact_once("train.step_seq_len", int(m.group("v")), ln)
+                text = ln.text
+                layout, seq = self._layout(text)
+                if layout is not None:
+                    self._memory(text, ln, rank, layout)
+                if seq is not None:
+                    self._fact_once("train.step_seq_len", int(text[seq[0]:seq[1]]), ln)
 
     # -------------------------------------------------------------- memory
 
-    def _memory(self, text: str, ln: LogLine, rank: int | None) -> None:
-        ms = STEP.search(text)
-        if ms is None:
-            return
+    def _memory(self, text: str, ln: LogLine, rank: int | None, layout: "_Layout") -> None:
+        (a, b), figures = layout
         values: dict[str, int] = {}
-        for m in MEM.finditer(text):
-            unit = (m.group("suffix") or m.group("unit") or "").lower()
-            if unit not in _UNITS:
-                continue
-            key = m.group("key").lower().replace(" ", "_")
-            kind = "reserved" if ("reserved" in key or "cached" in key) else "allocated"
-            slot = ("max_" if key.startswith("max") else "") + kind
-            values.setdefault(slot, int(float(m.group("num")) * _UNITS[unit]))
-        if not values:
-            return
+        for slot, c, d, mult in figures:
+            values[slot] = int(float(text[c:d]) * mult)
         self.out.memory.append(MemoryReading(
-            ref(self.path, ln), label="step", step=int(ms.group("step")), rank=rank,
+            ref(self.path, ln), label="step", step=int(text[a:b]), rank=rank,
             allocated=values.get("allocated"), max_allocated=values.get("max_allocated"),
             reserved=values.get("reserved"), max_reserved=values.get("max_reserved")))
+
+    def _layout(self, text: str) -> "tuple[_Layout | None, tuple[int, int] | None]":
+        """Where a step line's step number and memory figures are, and its sequence length.  The
+        patterns treat every digit alike, so lines that differ only in their digits (a run prints
+        thousands) share one layout, found once."""
+        if not text.isascii():
+            return _layout_of(text)
+        shape = text.encode("ascii").translate(_ZERO)
+        layout = self._layouts.get(shape)
+        if layout is None:
+            if len(self._layouts) > 4096:
+                self._layouts.clear()
+            layout = self._layouts[shape] = _layout_of(shape.decode("ascii"))
+        return layout
 
     # --------------------------------------------------------------- facts
 
@@ -259,3 +312,37 @@ class StepParser:
             m = TOKENS.search(text)
             if m:
                 self._fact_once("train.step_seq_len", int(m.group("v") or m.group("v2")), ln)
+
+
+_ZERO = bytes.maketrans(b"123456789", b"000000000")
+# the span of the step number, and (slot, start, end, bytes per unit) of the first figure of each slot
+_Layout = tuple[tuple[int, int], tuple[tuple[str, int, int, int], ...]]
+
+
+_SEQ = re.compile(r"\bseq(?:_len)?\s+(?P<v>\d+)\b")
+
+
+def _layout_of(text: str) -> tuple[_Layout | None, tuple[int, int] | None]:
+    ms = _SEQ.search(text) if "seq" in text else None
+    return _memory_layout_of(text), (ms.span("v") if ms else None)
+
+
+def _memory_layout_of(text: str) -> _Layout | None:
+    ms = STEP.search(text)
+    if ms is None:
+        return None
+    figures: list[tuple[str, int, int, int]] = []
+    seen: set[str] = set()
+    for m in MEM.finditer(text):
+        unit = (m.group("suffix") or m.group("unit") or "").lower()
+        if unit not in _UNITS:
+            continue
+        key = m.group("key").lower().replace(" ", "_")
+        kind = "reserved" if ("reserved" in key or "cached" in key) else "allocated"
+        slot = ("max_" if key.startswith("max") else "") + kind
+        if slot not in seen:
+            seen.add(slot)
+            figures.append((slot, *m.span("num"), _UNITS[unit]))
+    if not figures:
+        return None
+    return ms.span("step"), tuple(figures)

@@ -69,11 +69,41 @@ class ScanResult:
         return lines
 
 
-def _chunks(tasks: list[tuple[Any, ...]], jobs: int) -> list[list[tuple[Any, ...]]]:
+def _input_bytes(files: tuple[str, ...]) -> int:
+    total = 0
+    for f in files:
+        try:
+            total += os.stat(f).st_size
+        except OSError:
+            pass
+    return total
+
+
+def _chunks(tasks: list[tuple[Any, ...]], jobs: int,
+            weights: list[int] | None = None) -> list[list[tuple[Any, ...]]]:
+    """Tasks grouped into chunks for the workers, the heaviest first (longest
+    processing time first: a 10 MB log started last would leave the other
+    workers idle while it runs).  A chunk holds at most ``CHUNK_SECONDS_TARGET``
+    jobs and, once it has one, no more than its share of the input bytes."""
     if not tasks:
         return []
     size = max(1, min(CHUNK_SECONDS_TARGET, len(tasks) // (4 * max(1, jobs)) or 1))
-    return [tasks[i:i + size] for i in range(0, len(tasks), size)]
+    if weights is None:
+        return [tasks[i:i + size] for i in range(0, len(tasks), size)]
+    order = sorted(range(len(tasks)), key=lambda i: -weights[i])
+    budget = max(1, sum(weights) // (8 * max(1, jobs)))
+    chunks: list[list[tuple[Any, ...]]] = []
+    cur: list[tuple[Any, ...]] = []
+    cur_bytes = 0
+    for i in order:
+        if cur and (len(cur) >= size or cur_bytes + weights[i] > budget):
+            chunks.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append(tasks[i])
+        cur_bytes += weights[i]
+    if cur:
+        chunks.append(cur)
+    return chunks
 
 
 def run_scan(roots: list[str], output: str, *, formats: tuple[str, ...] = ("html", "md", "json"),
@@ -105,6 +135,7 @@ def run_scan(roots: list[str], output: str, *, formats: tuple[str, ...] = ("html
         options = f"{','.join(formats)};redact={redact}"
         previous = hist.previous()
         tasks: list[tuple[Any, ...]] = []
+        weights: list[int] = []
         fingerprints: dict[str, str] = {}
         taken: set[str] = set()
         for job in found:
@@ -125,13 +156,14 @@ def run_scan(roots: list[str], output: str, *, formats: tuple[str, ...] = ("html
                 result.reused += 1
             else:
                 tasks.append((name, name if redact else job.root, job.files, output, out_name, formats, redact))
+                weights.append(_input_bytes(job.files))
         hist.flush_files()
         hist.commit()
         total = len(found)
         done = result.reused
         if progress:
             progress(done, total)
-        chunks = _chunks(tasks, jobs)
+        chunks = _chunks(tasks, jobs, weights)
         stream = run_dask(chunks, scheduler, jobs) if executor == "dask" else run_local(chunks, jobs)
         for rows in stream:
             for row in rows:
