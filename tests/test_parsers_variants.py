@@ -335,3 +335,13 @@ def test_detectron2_max_mem_series():
     assert parse_text("".join(D2.format(i=659 + 20 * k, m=2996) for k in range(7))).fact("cue.memory_growing") is None
     assert parse_text("".join(D2.format(i=659 + 20 * k, m=2996 + 300 * k) for k in range(7))).fact(
         "cue.memory_growing") is not None
+
+
+# HF's DeepSpeed integration raises ValueError("\nPlease correct the following DeepSpeed config values ..."):
+# the exception line is "ValueError: " and the message follows
+def test_exception_message_on_the_following_lines():
+    text = ("ValueError: \nPlease correct the following DeepSpeed config values that mismatch TrainingArguments "
+            "values:\n- ds train_micro_batch_size_per_gpu=4 vs hf per_device_train_batch_size=8\n\n")
+    fails = parse_text(text).failures
+    assert [f.kind for f in fails] == [FailureKind.CONFIG_VALIDATION]
+    assert "mismatch" in fails[0].message

@@ -107,11 +107,23 @@ class ExceptionParser:
             record["kind"] = FailureKind.CONFIG_VALIDATION
             self._pending[rank] = record
             return
+        if not msg and m.group("msg") is not None and not exc.endswith(("Warning", "Interrupt", "Exit")):
+            # "ValueError:" alone: the message starts on the next line (HF's DeepSpeed mismatch report)
+            self._pending[rank] = record
+            return
+        self._classify(record)
+        self._emit(record)
+
+    def _classify(self, record: dict) -> None:
+        exc, stack = record["exc"], record["stack"]
+        msg = record["msg"]
+        if record["extra"]:
+            msg = (msg + ": " if msg else "") + "; ".join(record["extra"])
         if exc.split(".")[-1] in CONFIG_EXC or any(t in msg for t in CONFIG_TEXTS):
             record["kind"] = FailureKind.CONFIG_VALIDATION
         elif exc.endswith("TypeError") and _in_deepspeed_config(stack) and "str" in msg:
             record["kind"] = FailureKind.CONFIG_VALIDATION
-            record["msg"] = msg + ' (a "auto" value reached DeepSpeed; only the HF integration fills those)'
+            record["msg"] = record["msg"] + ' (a "auto" value reached DeepSpeed; only the HF integration fills those)'
         elif exc.split(".")[-1] in SETTINGS_EXC and (_raised_by_deepspeed_setup(stack) or DS_SETTING.search(msg)):
             record["kind"] = FailureKind.CONFIG_VALIDATION
         elif (exc.split(".")[-1] in SETTINGS_EXC and SETTING_ADVICE.search(msg)
@@ -119,7 +131,6 @@ class ExceptionParser:
             record["kind"] = FailureKind.CONFIG_VALIDATION
         else:
             record["kind"] = FailureKind.PYTHON_EXCEPTION
-        self._emit(record)
 
     def finish(self) -> None:
         for rank in list(self._pending):
@@ -132,7 +143,8 @@ class ExceptionParser:
 
     def _continue(self, pending: dict, ln: LogLine) -> bool:
         t = ln.text.rstrip()
-        if not t or len(pending["extra"]) >= 12 or t.startswith(("[20", "Traceback", "[rank", "W1", "E1", "I1")):
+        limit = 12 if pending["kind"] is not None else 4
+        if not t or len(pending["extra"]) >= limit or t.startswith(("[20", "Traceback", "[rank", "W1", "E1", "I1")):
             return False
         if "errors.pydantic.dev" in t:
             return True
@@ -140,6 +152,8 @@ class ExceptionParser:
         return True
 
     def _emit(self, r: dict) -> None:
+        if r["kind"] is None:                     # an exception whose message followed on the next lines
+            self._classify(r)
         msg = r["msg"]
         if r["extra"]:
             msg = (msg + ": " if msg else "") + "; ".join(r["extra"])
