@@ -345,3 +345,10 @@ def test_exception_message_on_the_following_lines():
     fails = parse_text(text).failures
     assert [f.kind for f in fails] == [FailureKind.CONFIG_VALIDATION]
     assert "mismatch" in fails[0].message
+
+
+def test_memory_series_in_bytes_and_host_figures():
+    for shape in ("after iteration {i}: {v} bytes allocated", "allocated={v}", "RAM: {v}%", "rss {v}"):
+        text = "".join(shape.format(i=i, v=1000 + 100 * i) + "\n" for i in range(5))
+        assert parse_text(text).fact("cue.memory_growing") is not None, shape
+    assert parse_text("".join(f"param count {1000 + i}\n" for i in range(5))).fact("cue.memory_growing") is None
