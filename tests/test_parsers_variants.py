@@ -352,3 +352,10 @@ def test_memory_series_in_bytes_and_host_figures():
         text = "".join(shape.format(i=i, v=1000 + 100 * i) + "\n" for i in range(5))
         assert parse_text(text).fact("cue.memory_growing") is not None, shape
     assert parse_text("".join(f"param count {1000 + i}\n" for i in range(5))).fact("cue.memory_growing") is None
+
+
+def test_incompatible_loader_options_are_a_config_error():
+    line = ("ValueError: You can't pass `load_in_4bit`or `load_in_8bit` as a kwarg when passing `quantization_config` "
+            "argument at the same time.")
+    assert FailureKind.CONFIG_VALIDATION in kinds(line)
+    assert kinds("ValueError: too many values to unpack (expected 2)\n") == {FailureKind.PYTHON_EXCEPTION}

@@ -51,6 +51,7 @@ DS_SETTING = re.compile(r"\b(?:zero_optimization|stage3_\w+|offload_(?:param|opt
 # `gpu_memory_utilization` or decreasing `max_model_len`")
 SETTING_ADVICE = re.compile(r"(?:[Tt]ry|[Pp]lease|[Cc]onsider|[Yy]ou (?:can|should|need to|must)) (?:increas|decreas|reduc|"
                             r"lower|rais|sett?|pass|specify|chang|us)\w* [^.]{0,60}`\w+`|"
+                            r"[Yy]ou (?:can't|cannot|can not) (?:pass|use|set|specify|combine)\b[^.]{0,80}`\w+|"
                             r"is larger than the maximum|must be (?:smaller|less|greater|larger|at least|at most) than")
 _OOM_WORDS = re.compile(r"out of memory|[Nn]o available memory|enough (?:GPU|CUDA|device) (?:RAM|memory)|OutOfMemory")
 # a traceback pasted without its exception line still names what was raised
