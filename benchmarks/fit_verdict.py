@@ -139,11 +139,15 @@ def main(argv: list[str] | None = None) -> int:
     for i, c in enumerate(classes):
         top = sorted(zip(FEATURES, W[i]), key=lambda kv: -abs(kv[1]))[:6]
         print(f"  {c:17s} " + ", ".join(f"{n} {w:+.2f}" for n, w in top))
+    # inputs without a failure are answered "unknown": how often that is right (Laplace-smoothed)
+    nf = ~train
+    nf_conf = float(((y[nf] == classes.index("unknown")).sum() + 1) / (nf.sum() + 2))
+    print(f"no-failure inputs: {int(nf.sum())}, 'unknown' right on {nf_conf:.2f}")
     if a.write:
         OUT.parent.mkdir(parents=True, exist_ok=True)
         OUT.write_text(json.dumps({
             "features": list(FEATURES), "classes": classes, "W": np.round(W, 4).tolist(),
-            "b": np.round(b, 4).tolist(), "temperature": best_t,
+            "b": np.round(b, 4).tolist(), "temperature": best_t, "no_failure_confidence": round(nf_conf, 3),
             "fitted_on": {"cases": int(train.sum()), "cv_accuracy": round(acc, 4), "l2": a.l2}},
             indent=0) + "\n")
         print(f"wrote {OUT}")

@@ -9,7 +9,8 @@ times in 10) and shipped as ``data/verdict_weights.json``.  It stays
 explainable: the report lists the signals that contributed most.
 
 Hard constraints override the weights:
-- inputs with no failure in them can only be ``unknown``;
+- inputs with no failure in them can only be ``unknown`` (at the confidence measured on the
+  fitting cases without a failure);
 - a GPU OOM message always has a memory cause, never ``unknown``;
 - a request larger than the cached free memory plus what the limit still
   allows cannot be fragmentation.
@@ -36,15 +37,19 @@ class Weights:
     W: tuple[tuple[float, ...], ...]          # one row per class
     b: tuple[float, ...]
     temperature: float = 1.0
+    # how often "unknown" was right on the fitting cases whose inputs hold no failure: other people's
+    # excerpts often leave the failure itself out (a memory table, a traceback cut before its exception)
+    no_failure_confidence: float = 0.9
 
     @staticmethod
     def from_json(d: dict) -> "Weights":
         return Weights(tuple(d["features"]), tuple(d["classes"]), tuple(tuple(r) for r in d["W"]),
-                       tuple(d["b"]), float(d.get("temperature", 1.0)))
+                       tuple(d["b"]), float(d.get("temperature", 1.0)), float(d.get("no_failure_confidence", 0.9)))
 
     def to_json(self) -> dict:
         return {"features": list(self.features), "classes": list(self.classes), "W": [list(r) for r in self.W],
-                "b": list(self.b), "temperature": self.temperature}
+                "b": list(self.b), "temperature": self.temperature,
+                "no_failure_confidence": self.no_failure_confidence}
 
 
 @lru_cache(maxsize=1)
@@ -73,7 +78,8 @@ def decide(f: dict[str, float], impossible: frozenset[Cause] = frozenset(), w: W
     """The best-supported cause and its probability, under the hard constraints."""
     w = w or load_weights()
     if not has_failure(f):
-        return Verdict(Cause.UNKNOWN, 0.9, ((Cause.UNKNOWN, 0.9),), (("no failure in the inputs", 1.0),))
+        p = w.no_failure_confidence if w is not None else 0.9
+        return Verdict(Cause.UNKNOWN, p, ((Cause.UNKNOWN, p),), (("no failure in the inputs", 1.0),))
     if w is None:                                   # no fitted model shipped: strongest rule finding wins
         best = max(((Cause(k.split(".", 1)[1]), v) for k, v in f.items() if k.startswith("rule.")),
                    key=lambda kv: kv[1], default=(Cause.UNKNOWN, 0.0))

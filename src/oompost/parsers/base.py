@@ -180,6 +180,11 @@ _RICH_CODE = re.compile(r"^\s*(?:❱\s*)?\d+\s")                   # rich's numb
 _BOX_ONLY = frozenset("╭╰─╮╯│ ")
 
 
+# a CPython frame behind a prefix no launcher rule knows ("node-12: ", "(pid=2345) ", a logger's stamp)
+_TB_FRAME_PREFIXED = re.compile(r'^(?P<prefix>[^"]{1,80}?\S)?(?P<sep>\s)\s*File "(?P<file>[^"]+)", line (?P<line>\d+), '
+                                r'in (?P<name>.+?)\s*$')
+
+
 def match_frame(text: str) -> "re.Match[str] | None":
     """A traceback frame line in any of the three layouts, else None."""
     if "File" in text:
@@ -190,11 +195,34 @@ def match_frame(text: str) -> "re.Match[str] | None":
 _TB_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 
+# IPython / Jupyter tracebacks: "Cell In[5], line 3", "Input In [5], in <cell line: 3>()",
+# "<ipython-input-13-941869335d74> in <cell line: 1>()", "/x/trainer.py in predict(self, ...)", and the
+# arrow that marks the frame's line ("----> 1 predictions = ...", "-> 3008 output = eval_loop(")
+_IPY_CELL = re.compile(r"^\s*(?:Cell|Input) In\s?\[\s*(?P<cell>\d*)\],? (?:line (?P<line>\d+)|in (?P<name>[^(]+))")
+_IPY_OLD_FRAME = re.compile(r"^\s*(?P<file><ipython-input-[\w-]+>|(?:/|~|[A-Za-z]:\\)\S*\.py) in (?P<name>[^(]+?)\(")
+_IPY_ARROW = re.compile(r"^\s*-+>\s*(?P<line>\d+)\s(?P<code>.*\S)")
+
+
+def _ipython_frame(text: str) -> "Frame | None":
+    m = _IPY_CELL.match(text)
+    if m is not None:
+        return Frame(f"Cell In[{m.group('cell')}]", int(m.group("line") or 0), (m.group("name") or "<cell>").strip())
+    m = _IPY_OLD_FRAME.match(text)
+    if m is not None:
+        return Frame(m.group("file"), 0, m.group("name").strip())
+    return None
+
+
+_SRUN_INDENTED = re.compile(r"\s{0,4}(\d{1,5}): (?=\s)")
+_SRUN_START = frozenset(" 0123456789")
+
+
 @dataclass
 class _TbState:
     frames: list[Frame] = field(default_factory=list)
     active: bool = False
     expect_code: bool = False
+    prefix: str = ""                # a prefix every line of this traceback carries (stripped before reading)
 
 
 class TracebackTracker:
@@ -207,6 +235,7 @@ class TracebackTracker:
         self._state: dict[int | None, _TbState] = {}
         self._last: dict[int | None, Stack] = {}
         self._closed_at: dict[int | None, int] = {}
+        self._exc_text: dict[int | None, str] = {}           # the exception line, its traceback's prefix removed
         self.closed: list[tuple[int, Stack]] = []          # (line where it ended, frames), in file order
 
     # a frame line also opens a traceback: excerpts pasted into issues often lack the header
@@ -220,17 +249,40 @@ class TracebackTracker:
 
     def feed(self, ln: LogLine, rank: int | None) -> None:
         text = ln.text
+        if rank is None and text[:1] in _SRUN_START and (ms := _SRUN_INDENTED.match(text)):
+            # srun's "0: " before an indented frame or code line (the launcher rules keep those)
+            rank, text = int(ms.group(1)), text[ms.end():]
         st = self._state.get(rank)
         if _TB_START in text:
-            st = self._state[rank] = _TbState(active=True)
+            st = self._state[rank] = _TbState(active=True, prefix=self._prefix_of(text, text.find(_TB_START)))
             return
+        if st is not None and st.active and st.prefix and text.startswith(st.prefix):
+            text = text[len(st.prefix):]
         if st is None or not st.active:
             m = match_frame(text)
+            prefix = ""
+            if m is None and 'File "' in text:
+                mp = _TB_FRAME_PREFIXED.match(text)
+                if mp is not None and mp.group("prefix"):
+                    prefix = mp.group("prefix") + mp.group("sep")
+                    text = text[len(prefix):]
+                    m = match_frame(text)
             if m is None:
                 return
-            st = self._state[rank] = _TbState(active=True)      # a header-less excerpt
+            st = self._state[rank] = _TbState(active=True, prefix=prefix)      # a header-less excerpt
         else:
             m = match_frame(text)
+            if m is None:
+                fr = _ipython_frame(text)
+                if fr is not None:                   # IPython / Jupyter: "Cell In[5], line 3", "<ipython-input-..> in"
+                    st.frames.append(fr)
+                    st.expect_code = False
+                    return
+                if st.frames and "->" in text and (ma := _IPY_ARROW.match(text)):
+                    last = st.frames[-1]           # IPython's "----> 3 y = model(x)": the frame's own line
+                    st.frames[-1] = Frame(last.filename, last.line or int(ma.group("line")), last.name,
+                                          ma.group("code").strip()[:200])
+                    return
         if m:
             st.frames.append(Frame(m.group("file"), int(m.group("line")), m.group("name")))
             st.expect_code = True
@@ -249,6 +301,7 @@ class TracebackTracker:
             return
         # the exception line ends the traceback
         st.active = False
+        self._exc_text[rank] = text
         self._last[rank] = Stack(tuple(st.frames))
         self._closed_at[rank] = ln.lineno
         if st.frames:
@@ -267,6 +320,19 @@ class TracebackTracker:
         if st is not None and st.active:
             return Stack(tuple(st.frames))
         return self._last.get(rank, Stack())
+
+    @staticmethod
+    def _prefix_of(text: str, start: int) -> str:
+        """What stands before the header ("node-12: Traceback ..."): carried by every line of the block."""
+        if start <= 0 or start > 80 or '"' in text[:start]:
+            return ""
+        return text[:start]
+
+    def exception_text(self, rank: int | None, lineno: int, text: str) -> str:
+        """The line that closed this rank's traceback here, without the prefix its block carried."""
+        if self._closed_at.get(rank) == lineno:
+            return self._exc_text.get(rank, text)
+        return text
 
     def closed_on(self, rank: int | None, lineno: int) -> bool:
         """True when a traceback of this rank ended on this line (its exception line)."""

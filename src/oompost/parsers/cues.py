@@ -28,9 +28,12 @@ CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
                                      r"\b[Ee]poch\s*[:\[]?\s*\d|\b[Ii]teration\s*[:\[]?\s*\d|global_step|"
                                      r"train_loss")),
     # evaluation / validation loops (where retained graphs and metric lists leak)
-    "evaluation": (("eval", "Eval", "valid", "Valid", "predict"),
+    # (and the loops' frames: "in validation_step", "in prediction_loop", "in _run_eval")
+    "evaluation": (("eval", "Eval", "valid", "Valid", "predict", "test_step"),
                    re.compile(r"\*{3} Running Evaluation|Running evaluation|[Ee]valuat(?:e|ing|ion)\b|"
-                              r"[Vv]alidat(?:e|ion|ing)\b|evaluation_loop|prediction_step|predict\(")),
+                              r"[Vv]alidat(?:e|ion|ing)\b|evaluation_loop|prediction_step|predict\(|"
+                              r"\b(?:validation|val|eval|test)_(?:step|epoch|loop|batch)\b|prediction_loop|"
+                              r"_run_eval\w*|\bdo_eval\b")),
     # inference servers and generation
     "serving": (("vllm", "vLLM", "sglang", "text-generation-inference", "text_generation_server", "KV cache",
                  "kv cache", "cache blocks", "max_model_len", "gpu_memory_utilization"),
@@ -52,10 +55,13 @@ CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
 
 # A memory figure printed the same way on many lines ("allocated: 20.4", "| 2417MiB / 12189MiB |",
 # "mem=3.2GB"): the first figure of each line, grouped by the line's shape with the numbers taken out.
-_FIGURE = re.compile(r"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>[KMG]i?B|MB|GB)\b|(?:allocated|memory|mem|reserved)[^\d|]{0,20}"
-                     r"(?P<v2>\d+(?:\.\d+)?)", re.I)
+# ("torch.cuda.memory_allocated(0) 318986240": the device index in parentheses is not the figure)
+# (figures may carry thousands separators: "1,234 MiB", as nvidia-smi and many loggers print them)
+_FIGURE = re.compile(r"(?<![\d,])(?P<v>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*(?P<u>[KMG]i?B|MB|GB|bytes)\b|"
+                     r"(?:allocated|memory|mem|reserved|\bv?ram\b|\brss\b)(?:[^\d|]|\(\d+\)){0,20}"
+                     r"(?P<v2>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?![\d.)])", re.I)
 _UNIT = {"k": 2**10, "m": 2**20, "g": 2**30}
-_NUMS = re.compile(r"\d+(?:\.\d+)?")
+_NUMS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
 
 
 # A model's size in its name: "Llama-2-7b-hf", "Qwen2-72B-Instruct", "llama2-7b", "opt-125m", "Qwen2.5-0.5B".
@@ -82,10 +88,21 @@ def _figure(text: str) -> tuple[str, float] | None:
     if m is None:
         return None
     if m.group("v") is not None:
-        v = float(m.group("v")) * _UNIT.get(m.group("u")[0].lower(), 1)
+        v = float(m.group("v").replace(",", "")) * _UNIT.get(m.group("u")[0].lower(), 1)
     else:
-        v = float(m.group("v2"))
-    return _NUMS.sub("#", text.strip())[:120], v
+        v = float(m.group("v2").replace(",", ""))
+    # the shape keeps which device or rank the figure is of ("GPU-1", "memory_allocated(1)", "[rank3]")
+    return _NUMS.sub(_shape_num, text.strip())[:120], v
+
+
+_DEVICE_BEFORE = re.compile(r"(?:GPU[- ]?|cuda:|[Dd]evice[ =:]*|[Rr]ank[ =:\]]*|\()$")
+
+
+def _shape_num(m: "re.Match[str]") -> str:
+    s = m.string
+    if "." not in m.group(0) and len(m.group(0)) <= 2 and _DEVICE_BEFORE.search(s, max(0, m.start() - 8), m.start()):
+        return m.group(0)
+    return "#"
 
 
 # How far training had got: tqdm's "312/1000 [", "Epoch 3", "step 1200", "iter: 450", "[Iteration 77]".
@@ -112,7 +129,24 @@ def growing(values: list[float]) -> bool:
     ups = sum(1 for a, b in zip(values, values[1:]) if b >= a)
     if len(values) >= 5 and ups == len(values) - 1 and values[-1] > 1.01 * values[0]:
         return True                                   # a slow leak: never down, always a little up
+    if all(b > a for a, b in zip(values, values[1:])):
+        return True                                   # up at every reading (DESIGN: ≥3 consecutive steps)
     return values[-1] >= 1.1 * values[0] and ups >= 0.75 * (len(values) - 1)
+
+
+# torch.cuda.memory_summary(): "|  CUDA OOMs: 1  |  cudaMalloc retries: 6  |" and the rows'
+# "Cur Usage | Peak Usage" columns ("| Allocated memory      |   26377 MB |   26988 MB | ...")
+SUMMARY_COUNTS = re.compile(r"CUDA OOMs:\s*(?P<ooms>\d+)\s*\|\s*cudaMalloc retries:\s*(?P<retries>\d+)")
+SUMMARY_ROW = re.compile(r"^\s*\|\s*(?P<row>Allocated memory|Active memory|GPU reserved memory|Non-releasable memory)"
+                         r"\s*\|\s*(?P<cur>\d+(?:\.\d+)?\s*[KMGT]?i?B)\s*\|\s*(?P<peak>\d+(?:\.\d+)?\s*[KMGT]?i?B)")
+SUMMARY_NAMES = {"Allocated memory": "allocated", "Active memory": "active", "GPU reserved memory": "reserved",
+                 "Non-releasable memory": "non_releasable"}
+
+
+# ">>> print(torch.cuda.memory_allocated())" / "In [3]: torch.cuda.memory_reserved(0)" with the answer on the
+# next line ("865280", "Out[3]: 865280", "tensor(865280)")
+MEMORY_QUERY = re.compile(r"(?:max_)?memory_(?:allocated|reserved|cached)\(\w*\)")
+BARE_VALUE = re.compile(r"^\s*(?:Out\[\d+\]:\s*)?(?P<v>\d+(?:\.\d+)?)\s*$")
 
 
 def _literal(words: tuple[str, ...]) -> "re.Pattern[str]":
@@ -125,7 +159,10 @@ class CueParser(SentinelParser):
                                                  "falcon", "bloom", "opt-", "gpt", "GPT", "baichuan", "Baichuan",
                                                  "chatglm", "ChatGLM", "internlm", "InternLM", "deepseek",
                                                  "DeepSeek", "gemma", "pythia", "vicuna", "Yi-", "phi-", "Phi-",
-                                                 "step", "Step", "iter", "Iter"}))
+                                                 "step", "Step", "iter", "Iter", "CUDA OOMs",
+                                                 "Allocated memory", "GPU reserved memory", "Non-releasable memory",
+                                                 "memory_allocated(", "memory_reserved(", "memory_cached(",
+                                                 "allocated", "reserved", "mem", "bytes", "RAM", "RSS", "rss"}))
 
     def setup(self) -> None:
         self._counts: dict[str, int] = {}
@@ -138,7 +175,17 @@ class CueParser(SentinelParser):
         self._any_pending = _literal(tuple({s for sents, _ in CUES.values() for s in sents}))   # one test per line
         self._lines = 0
         self._readings = 0
+        self._summary: dict[str, tuple[int, LogLine]] = {}      # memory_summary(): first table's figures
+        self._query: str | None = None          # a REPL / print() memory query whose value is on the next line
+        self._query_ln: LogLine | None = None
+        self.busy = False
         self._narrowed = False
+
+    def _query_answer(self, text: str) -> None:
+        key, self._query, self.busy = self._query, None, False
+        m = BARE_VALUE.match(text)
+        if m is not None and key is not None:
+            self._series.setdefault(key, []).append(float(m.group("v")))
 
     # Cues are about where a run was: the first sighting of each is what matters, so a long log pays
     # for each pattern only until it is found (and for the memory series only up to a bound).
@@ -148,19 +195,31 @@ class CueParser(SentinelParser):
     def feed(self, ln: LogLine) -> None:
         text = ln.text
         self._lines += 1
+        if self._query is not None:
+            self._query_answer(text)
+        if "memory_" in text and (mq := MEMORY_QUERY.search(text)) and not any(c.isdigit() for c in text[mq.end():]):
+            self._query = "? " + _NUMS.sub("#", mq.group(0))
+            if self._query_ln is None:
+                self._query_ln = ln
+            self.busy = True                  # the value comes on the next line, which holds no sentinel
+        if "CUDA OOMs" in text or " memory " in text:
+            self._memory_summary(text, ln)
         if self._model is None and self._lines <= self.MODEL_NAME_LINES and ("b" in text or "B" in text):
             n = model_params_from_name(text)
             if n is not None:
                 self._model = (n, ln)
         if self._readings < self.SERIES_READINGS and (
                 "MiB" in text or "MB" in text or "GB" in text or "GiB" in text or "allocated" in text
-                or "emory" in text) and "Tried to allocate" not in text and "total capacity" not in text:
+                or "emory" in text or "mem" in text or "bytes" in text or "RAM" in text or "RSS" in text
+                or "rss" in text) and "Tried to allocate" not in text and "total capacity" not in text:
             fig = _figure(text)
             if fig is not None:
                 self._readings += 1
-                vals = self._series.setdefault(fig[0], [])
+                # one series per rank: ranks interleave in one file, each with its own baseline
+                key = fig[0] if ln.rank is None else f"[{ln.rank}] {fig[0]}"
+                vals = self._series.setdefault(key, [])
                 vals.append(fig[1])
-                self._series_ln.setdefault(fig[0], ln)
+                self._series_ln.setdefault(key, ln)
         p_steps, p_epochs, _ = self._progress
         if (p_steps < 50 and p_epochs < 2 and ("/" in text or "poch" in text or "tep" in text or "ter" in text)
                 and any(c.isdigit() for c in text)):
@@ -192,7 +251,39 @@ class CueParser(SentinelParser):
             self._narrowed = True
             self.narrow(tuple(sorted({s for name in self._pending for s in CUES[name][0]})))
 
+    def _memory_summary(self, text: str, ln: LogLine) -> None:
+        from ..units import parse_size_or_none
+
+        m = SUMMARY_COUNTS.search(text)
+        if m:
+            for k in ("ooms", "retries"):
+                self._summary.setdefault(k, (int(m.group(k)), ln))
+            return
+        m = SUMMARY_ROW.match(text)
+        if m:
+            v = parse_size_or_none(m.group("cur").replace(" ", ""))
+            if v is not None:
+                self._summary.setdefault(SUMMARY_NAMES[m.group("row")], (v, ln))
+
+    def _emit_summary(self) -> None:
+        from ..model import OomEvent, OomKind
+
+        for k, (v, ln) in self._summary.items():
+            self.out.fact(f"memory_summary.{k}", v, ref(self.path, ln))
+        ooms = self._summary.get("ooms")
+        if ooms is None or ooms[0] < 1 or any(o.ref.source == self.path for o in self.out.ooms):
+            return
+        # the process's own count of CUDA OOMs: an OOM happened, with the allocator's state beside it
+        alloc = self._summary.get("allocated", (None,))[0]
+        res = self._summary.get("reserved", (None,))[0]
+        self.out.ooms.append(OomEvent(
+            OomKind.OTHER, ref(self.path, ooms[1]), rank=self.rank_hint, allocated_bytes=alloc, reserved_bytes=res,
+            reserved_unallocated_bytes=res - alloc if res is not None and alloc is not None and res >= alloc else None,
+            message_format="memory_summary", truncated=True))
+
     def finish(self) -> None:
+        if self._summary:
+            self._emit_summary()
         for name, n in self._counts.items():
             self.out.fact(f"cue.{name}", n, ref(self.path, self._first[name]))
         if self._model is not None:
@@ -201,6 +292,9 @@ class CueParser(SentinelParser):
         if pln is not None and (steps >= 50 or epochs >= 2):
             self.out.fact("cue.long_run", max(steps, epochs), ref(self.path, pln))
         for shape, vals in self._series.items():
-            if growing(vals) or (len(vals) == 2 and "MiB / #MiB" in shape and vals[1] >= 1.5 * vals[0] > 0):
-                self.out.fact("cue.memory_growing", len(vals), ref(self.path, self._series_ln[shape]))
+            if growing(vals) or (len(vals) == 2 and "MiB / #MiB" in shape and vals[1] >= 1.5 * vals[0] > 0) or (
+                    shape.startswith("? ") and len(vals) >= 2 and all(b > a for a, b in zip(vals, vals[1:]))):
+                ln = self._series_ln.get(shape) or self._query_ln
+                if ln is not None:
+                    self.out.fact("cue.memory_growing", len(vals), ref(self.path, ln))
                 break

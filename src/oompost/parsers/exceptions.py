@@ -39,6 +39,23 @@ PYDANTIC_TYPE = re.compile(r"\[type=(?P<type>\w+)")
 PYDANTIC_INPUT = re.compile(r"input_value=(?P<v>[^,\]]+)")
 # DeepSpeed's batch assertion: "... world_size 32 != 4 * 4 * 1"
 BATCH_ASSERT = re.compile(r"(?P<train>\d+) != (?P<micro>\d+) \* (?P<gas>\d+) \* (?P<ws>[\d.]+)")
+# a settings check DeepSpeed (or an integration driving it) makes with a plain ValueError / assert
+SETTINGS_EXC = ("AssertionError", "ValueError", "NotImplementedError")
+DS_SETTING = re.compile(r"\b(?:zero_optimization|stage3_\w+|offload_(?:param|optimizer)|train_micro_batch_size_per_gpu|"
+                        r"gradient_accumulation_steps|train_batch_size|reduce_bucket_size|allgather_bucket_size|"
+                        r"overlap_comm|contiguous_gradients|zero_stage|ds_config|[Dd]eep[Ss]peed config|"
+                        r"ZeRO[- ]?(?:stage|Stage|Offload|offload|[0-3]\b)|[Zz]ero [Ss]tage|zero\.Init|fp16\.enabled|bf16\.enabled|"
+                        r"[Mm]icro[ _]batch|batch size per gpu|[Dd]eep[Ss]peed)")
+# a library refusing a combination of settings and naming the one to change ("The model's max seq len (4096)
+# is larger than the maximum number of tokens that can be stored in KV cache (3792). Try increasing
+# `gpu_memory_utilization` or decreasing `max_model_len`")
+SETTING_ADVICE = re.compile(r"(?:[Tt]ry|[Pp]lease|[Cc]onsider|[Yy]ou (?:can|should|need to|must)) (?:increas|decreas|reduc|"
+                            r"lower|rais|sett?|pass|specify|chang|us)\w* [^.]{0,60}`\w+`|"
+                            r"[Yy]ou (?:can't|cannot|can not) (?:pass|use|set|specify|combine)\b[^.]{0,80}`\w+|"
+                            r"is larger than the maximum|must be (?:smaller|less|greater|larger|at least|at most) than")
+_OOM_WORDS = re.compile(r"out of memory|[Nn]o available memory|enough (?:GPU|CUDA|device) (?:RAM|memory)|OutOfMemory")
+# a traceback pasted without its exception line still names what was raised
+RAISE_CONFIG = re.compile(r"^\s*raise (?P<exc>DeepSpeedConfigError|ZeRORuntimeException)\b")
 # the ds_config section each DeepSpeed pydantic model validates
 PYDANTIC_SECTION = {"DeepSpeedZeroConfig": "zero_optimization"}
 
@@ -61,6 +78,7 @@ class ExceptionParser:
         self.tb = tracebacks or TracebackTracker()
         self._pending: dict[int | None, dict] = {}    # pydantic ValidationError continuation lines
         self._seen: set[tuple[int | None, int]] = set()
+        self._raised: dict[int | None, tuple[str, LogLine]] = {}   # "raise ZeRORuntimeException(msg)" seen
 
     def feed(self, ln: LogLine) -> None:
         rank = line_rank(ln, self.rank_hint)
@@ -70,8 +88,11 @@ class ExceptionParser:
                 return
             self._emit(self._pending.pop(rank))
         closes = self.tb.closed_on(rank, ln.lineno)
-        text = ln.text
+        text = self.tb.exception_text(rank, ln.lineno, ln.text) if closes else ln.text
         if any(s in text for s in SKIP):
+            return
+        if "raise " in text and (mr := RAISE_CONFIG.match(text)):
+            self._raised[rank] = (mr.group("exc"), ln)
             return
         m = EXC_LINE.match(text)
         if m is None:
@@ -81,27 +102,50 @@ class ExceptionParser:
             return                      # a bare exception line; warnings are not failures
         self._seen.add((rank, ln.lineno))
         stack = self.tb.stack_for(rank)
+        self._raised.pop(rank, None)
         record = {"exc": exc, "msg": msg, "ln": ln, "rank": rank, "stack": stack, "extra": [], "kind": None}
         if exc.endswith("ValidationError"):
             record["kind"] = FailureKind.CONFIG_VALIDATION
             self._pending[rank] = record
             return
+        if not msg and m.group("msg") is not None and not exc.endswith(("Warning", "Interrupt", "Exit")):
+            # "ValueError:" alone: the message starts on the next line (HF's DeepSpeed mismatch report)
+            self._pending[rank] = record
+            return
+        self._classify(record)
+        self._emit(record)
+
+    def _classify(self, record: dict) -> None:
+        exc, stack = record["exc"], record["stack"]
+        msg = record["msg"]
+        if record["extra"]:
+            msg = (msg + ": " if msg else "") + "; ".join(record["extra"])
         if exc.split(".")[-1] in CONFIG_EXC or any(t in msg for t in CONFIG_TEXTS):
             record["kind"] = FailureKind.CONFIG_VALIDATION
         elif exc.endswith("TypeError") and _in_deepspeed_config(stack) and "str" in msg:
             record["kind"] = FailureKind.CONFIG_VALIDATION
-            record["msg"] = msg + ' (a "auto" value reached DeepSpeed; only the HF integration fills those)'
+            record["msg"] = record["msg"] + ' (a "auto" value reached DeepSpeed; only the HF integration fills those)'
+        elif exc.split(".")[-1] in SETTINGS_EXC and (_raised_by_deepspeed_setup(stack) or DS_SETTING.search(msg)):
+            record["kind"] = FailureKind.CONFIG_VALIDATION
+        elif (exc.split(".")[-1] in SETTINGS_EXC and SETTING_ADVICE.search(msg)
+              and not _OOM_WORDS.search(msg)):
+            record["kind"] = FailureKind.CONFIG_VALIDATION
         else:
             record["kind"] = FailureKind.PYTHON_EXCEPTION
-        self._emit(record)
 
     def finish(self) -> None:
         for rank in list(self._pending):
             self._emit(self._pending.pop(rank))
+        for rank, (exc, ln) in self._raised.items():
+            # the excerpt ends at the raise: its exception line was not pasted
+            self._emit({"exc": exc, "msg": "", "ln": ln, "rank": rank, "stack": self.tb.stack_for(rank),
+                        "extra": [], "kind": FailureKind.CONFIG_VALIDATION})
+        self._raised.clear()
 
     def _continue(self, pending: dict, ln: LogLine) -> bool:
         t = ln.text.rstrip()
-        if not t or len(pending["extra"]) >= 12 or t.startswith(("[20", "Traceback", "[rank", "W1", "E1", "I1")):
+        limit = 12 if pending["kind"] is not None else 4
+        if not t or len(pending["extra"]) >= limit or t.startswith(("[20", "Traceback", "[rank", "W1", "E1", "I1")):
             return False
         if "errors.pydantic.dev" in t:
             return True
@@ -109,6 +153,8 @@ class ExceptionParser:
         return True
 
     def _emit(self, r: dict) -> None:
+        if r["kind"] is None:                     # an exception whose message followed on the next lines
+            self._classify(r)
         msg = r["msg"]
         if r["extra"]:
             msg = (msg + ": " if msg else "") + "; ".join(r["extra"])
@@ -130,6 +176,15 @@ def config_issue(msg: str) -> ConfigIssue:
     error_type = mt.group("type") if mt else ("extra_forbidden" if "Extra inputs" in msg else None)
     mv = PYDANTIC_INPUT.search(msg)
     return ConfigIssue(key=key, error_type=error_type, input_value=mv.group("v").strip() if mv else None)
+
+
+def _raised_by_deepspeed_setup(stack: Stack) -> bool:
+    """The innermost frames are DeepSpeed checking its configuration (config, engine set-up, ZeRO init)."""
+    for f in stack.frames[-2:]:
+        fn = f.filename.replace("\\", "/")
+        if "deepspeed/" in fn and ("/config" in fn or "engine.py" in fn or "/zero/" in fn or "__init__.py" in fn):
+            return True
+    return False
 
 
 def _in_deepspeed_config(stack: Stack) -> bool:

@@ -23,7 +23,8 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     (FailureKind.KILLED, ("Killed",), re.compile(r"(?:^|[\]\s|:])Killed\s*$")),
     (FailureKind.SIGKILL, ("-9", "137", "SIGKILL", "signal 9", "Signal 9"),
      re.compile(r"exitcode\s*:\s*-9\b|return code\s*=?\s*-9\b|exit(?:ed with)? (?:code|status):? 137\b|"
-                r"Signal 9 \(SIGKILL\)|SIGKILL|killed by signal 9|signal 9\b|exit code: -9\b|exited with code -9")),
+                r"Signal 9 \(SIGKILL\)|SIGKILL|killed by signal 9|signal 9\b|exit code: -9\b|exited with code -9|"
+                r"exit status:? (?:-9|137)\b")),
     (FailureKind.HOST_OOM_KILL, ("Out of memory", "oom-kill", "oom_kill", "OOM killer", "oom killer",
                                  "OOMKilled", "memory cgroup"),
      re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_kill|OOM[ -]?[Kk]iller|OOMKilled|"
@@ -34,6 +35,17 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     (FailureKind.PINNED_HOST, ("cudaHostAlloc", "pin_memory", "pinned", "on host"),
      re.compile(r"cudaHostAlloc|(?:pin_memory|pinned memory|pinned host memory).*(?:out of memory|failed|error)|"
                 r"could not allocate pinned host memory|on host: CUDA_ERROR_OUT_OF_MEMORY")),
+    # a communication library that could not allocate device memory: NCCL's "Cuda failure 2 'out of
+    # memory'" quoted inside another runtime's message (XLA's "Last NCCL warning(error) log entry"),
+    # oneCCL / Level Zero's ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
+    (FailureKind.NCCL_CUDA_OOM, ("Cuda failure", "OUT_OF_DEVICE_MEMORY", "NCCL WARN"),
+     re.compile(r"Cuda failure \d*\s*'out of memory'|(?:CCL|ccl|ze_call|zeCommand).*OUT_OF_DEVICE_MEMORY|"
+                r"NCCL WARN.*(?:cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|[Cc]all to cudaMalloc failed|"
+                r"cudaMalloc\w* failed)")),
+    # an older NCCL's error return chain: "host:pid:tid [0] NCCL INFO transport/net.cc:515 -> 2"
+    (FailureKind.NCCL_SYSTEM, (".cc:", ".h:", ".cu:"),
+     # (codes 1, 2, 3, 6 only: an invalid-usage return can be a probe that NCCL handles itself)
+     re.compile(r"NCCL INFO [\w./-]+\.(?:cc|h|cu|cpp):\d+ -> (?P<code>[1236])\b")),
     (FailureKind.NCCL_TIMEOUT, ("Watchdog", "watchdog", "checkTimeout", "timed out", "Timeout", "timeout"),
      re.compile(r"Watchdog caught collective operation timeout|ncclCommWatchdog|WorkNCCL::checkTimeout|"
                 r"watchdogHandler|Some NCCL operations have failed or timed out|collective operation timeout|"
@@ -77,11 +89,13 @@ _ANY_OOM = re.compile(r"out of memory|OutOfMemoryError|OOM when allocating|RESOU
                       r"while trying to allocate \d+ bytes|enough GPU RAM|enough GPU memory|"
                       r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|HIP out of memory|"
                       r"cannot allocate memory|Cannot allocate memory|can't allocate memory|"
-                      r"No available memory for the cache blocks|not enough memory", re.I)
+                      r"No available memory for the cache blocks|not enough memory|"
+                      r"insufficient (?:GPU|device|CUDA) memory", re.I)
 
 
 _OOM_SENTINELS = ("trying to allocate", "enough GPU", "out of memory", "Out of memory", "OutOfMemory", "OOM when", "RESOURCE_EXHAUSTED", "ALLOC_FAILED",
-                  "allocate memory", "No available memory", "not enough memory")
+                  "allocate memory", "No available memory", "not enough memory", "insufficient GPU",
+                  "insufficient device", "insufficient CUDA")
 _HOSTISH = re.compile(r"can't allocate memory|[Cc]annot allocate memory|DefaultCPUAllocator|CPU", re.I)
 
 
@@ -89,19 +103,28 @@ _OOM_LIT = re.compile("|".join(re.escape(s) for s in _OOM_SENTINELS))
 _COMPILED = tuple((kind, re.compile("|".join(re.escape(s) for s in sents)), pat) for kind, sents, pat in PATTERNS)
 
 
+# ncclResult_t codes of an error return chain ("-> 2"); 1 (a CUDA error) says nothing of the network
+_NCCL_RETURN_CODE = {"1": FailureKind.NCCL_OTHER, "2": FailureKind.NCCL_SYSTEM, "3": FailureKind.NCCL_INTERNAL,
+                     "4": FailureKind.NCCL_INVALID_USAGE, "5": FailureKind.NCCL_INVALID_USAGE,
+                     "6": FailureKind.NCCL_REMOTE}
+
+
 @memo_by_text
-def _classify(text: str) -> tuple[bool, FailureKind | None]:
-    """Whether a line reads as an OOM, and the failure kind it shows (the first that matches).
-    Once per distinct text: a long log repeats its failure-shaped lines."""
+def _classify(text: str) -> tuple[bool, FailureKind | None, bool]:
+    """Whether a line reads as an OOM, the failure kind it shows (the first that matches), and whether
+    that is only an NCCL error return chain line.  Once per distinct text: a long log repeats its
+    failure-shaped lines."""
     if len(text) > 4000:
         text = text[-4000:]
     is_oom = bool(_OOM_LIT.search(text) and _ANY_OOM.search(text))
     for kind, sents, pat in _COMPILED:
-        if sents.search(text) and pat.search(text):
+        if sents.search(text) and (m := pat.search(text)):
             if kind is FailureKind.PYTHON_EXCEPTION and _ANY_OOM.search(text):
                 continue
-            return is_oom, kind
-    return is_oom, None
+            if "code" in pat.groupindex and m.group("code"):
+                return is_oom, _NCCL_RETURN_CODE.get(m.group("code"), FailureKind.NCCL_OTHER), True
+            return is_oom, kind, False
+    return is_oom, None, False
 
 
 def _family(kind: FailureKind) -> str:
@@ -135,17 +158,22 @@ class FailureLineParser(SentinelParser):
     def setup(self) -> None:
         self._found: list[tuple[FailureKind, LogLine]] = []
         self._oom: LogLine | None = None
+        self._chain: list[tuple[FailureKind, LogLine]] = []     # NCCL INFO "file.cc:N -> code" lines
 
     def feed(self, ln: LogLine) -> None:
-        is_oom, kind = _classify(ln.text)
+        is_oom, kind, chain = _classify(ln.text)
         if self._oom is None and is_oom:
             self._oom = ln
         if kind is not None:
-            self._found.append((kind, ln))
+            (self._chain if chain else self._found).append((kind, ln))
 
     def finish(self) -> None:
         self._unread_oom()
         self._rekind_generic_exceptions()
+        if self._chain and not self._found and not any(
+                x.ref.source == self.path for x in (*self.out.failures, *self.out.ooms)):
+            # only an error return chain: the WARN that would name the failure was not printed or pasted
+            self._found.append(self._chain[0])
         taken = {(x.ref.source, x.ref.line) for x in (*self.out.failures, *self.out.ooms, *self.out.exits)}
         families_seen = {_family(x.kind) for x in self.out.failures if x.ref.source == self.path}
         per_kind: dict[FailureKind, int] = {}
@@ -173,6 +201,10 @@ class FailureLineParser(SentinelParser):
         if any(f.ref.source == self.path and f.ref.line == ln.lineno and f.kind.value.startswith("nccl")
                for f in self.out.failures):
             return                              # NCCL's own OOM: the NCCL parser has it
+        if any(k is FailureKind.NCCL_CUDA_OOM and f.lineno == ln.lineno for k, f in self._found):
+            return                              # a communication library's OOM: recorded as its failure
+        if any(_family(k) == "host" and f.lineno == ln.lineno for k, f in self._found):
+            return                              # the kernel's OOM killer ("Out of memory: Killed process"): a host failure
         text = ln.text
         host = (bool(_HOSTISH.search(text)) and not re.search(r"CUDA|GPU|HIP|cuda|gpu", text)) or bool(
             re.search(r"on host|host memory|pinned", text))

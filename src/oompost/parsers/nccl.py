@@ -119,6 +119,11 @@ SITE_TEXT = {"buffer": "a buffer allocation", "stream": "stream creation", "laun
 _BYTES_KINDS = (K.NCCL_CUDA_OOM, K.NCCL_HOST_ALLOC, K.NCCL_NVLS)
 
 
+# older NCCL / driver wordings of a device allocation failure (lower-cased text)
+_OLD_OOM_RE = re.compile(r"cudaerrormemoryallocation|cuda_error_out_of_memory|call to cudamalloc failed|"
+                         r"cudamalloc\w* failed|cumem(?:create|alloc|map)\w* failed.*(?:2|memory)")
+
+
 def result_from_desc(desc: str) -> str | None:
     """ncclGetErrorString() text (any version) -> ncclResult_t name."""
     d = desc.split(" (run with", 1)[0].split(" - please", 1)[0].strip().lower()
@@ -136,8 +141,8 @@ def kind_from(result: str | None, text: str) -> tuple[FailureKind, str | None]:
         return K.NCCL_HOST_ALLOC, "host"
     if "nvlink sharp" in low or "nvls" in low:
         return K.NCCL_NVLS, "nvls"
-    if "out of memory" in low or "failed to cuda" in low:
-        return K.NCCL_CUDA_OOM, ("buffer" if "failed to cuda" in low else None)
+    if "out of memory" in low or "failed to cuda" in low or _OLD_OOM_RE.search(low):
+        return K.NCCL_CUDA_OOM, ("buffer" if "failed to cuda" in low or "cudamalloc" in low else None)
     if ("remote peer" in low or "got completion" in low or "call to recv" in low
             or "socket recv failed" in low or "retry count" in low):
         return K.NCCL_REMOTE, None
@@ -412,7 +417,7 @@ class NcclParser:
         if "Cuda failure" in msg:
             mc = CUDA_FAILURE_RE.search(msg)
             if mc:
-                if "out of memory" in mc.group("what"):
+                if "out of memory" in mc.group("what") or _OLD_OOM_RE.search(mc.group("what").lower()):
                     site = site_of(file, func)
                     kind = K.NCCL_HOST_ALLOC if site == "host" else K.NCCL_CUDA_OOM
                     what = SITE_TEXT.get(site or "", "an allocation")

@@ -29,10 +29,11 @@ from .base import EvidenceBuilder, TracebackTracker, line_rank, literal_trigger,
 _SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
 
 TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE",
-            "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory")
+            "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory",
+            "while trying to allocate", "memory has been allocated")
 
 REQUEST = re.compile(rf"Tried to allocate (?:(?P<req>{_SZ})|(?P<eb>more than 1EB memory))")
-NEW_CAPACITY = re.compile(rf"GPU (?P<dev>\d+) has a total capac(?P<typo>i?)ty of (?P<cap>{_SZ})"
+NEW_CAPACITY = re.compile(rf"GPU ?(?P<dev>\d*) has a total capac(?P<typo>i?)ty of (?P<cap>{_SZ})"
                           rf"(?: of which (?P<free>{_SZ}) is free)?")
 SELF_PROC = re.compile(rf"Including non-PyTorch memory, this process has (?P<sz>{_SZ}) memory in use")
 OTHER_PROC = re.compile(rf"Process (?P<pid>\d+) has (?P<sz>{_SZ}) memory in use")
@@ -41,7 +42,7 @@ NEW_ALLOCATED = re.compile(rf"Of the allocated memory (?P<sz>{_SZ}) is allocated
 PRIVATE = re.compile(rf"with (?P<sz>{_SZ}) allocated in private pools")
 NEW_RESERVED_UNALLOC = re.compile(rf"and (?P<sz>{_SZ}) is reserved by PyTorch but unallocated")
 OLD_BLOCK = re.compile(
-    rf"\(GPU (?P<dev>\d+); (?P<cap>{_SZ}) total capacity; (?P<alloc>{_SZ}) already allocated; "
+    rf"\((?:GPU|NPU|XPU|MLU) (?P<dev>\d+); (?P<cap>{_SZ}) total capacity; (?P<alloc>{_SZ}) already allocated; "
     rf"(?P<free>{_SZ}) free;(?: (?P<allowed>{_SZ}) allowed;)? (?P<res>{_SZ}) (?:reserved in total by PyTorch|cached)")
 # the old block's fields one by one, for a message cut or wrapped part-way through
 OLD_FIELDS = {k: re.compile(rf"(?P<sz>{_SZ}) {v}") for k, v in (
@@ -55,6 +56,14 @@ LIB_ALLOC = re.compile(r"(?P<lib>CUBLAS|CUDNN|CUSOLVER|CUFFT)_(?:STATUS_)?(?:ALL
 HOST_ALLOC = re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate "
                         r"(?P<n>\d+) bytes")
 MPS = re.compile(r"MPS backend out of memory")
+# PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
+# been allocated and available memory is only 3.625000MB."
+PADDLE = re.compile(rf"Cannot allocate (?P<req>{_SZ}) memory on GPU (?P<dev>\d+), (?P<alloc>{_SZ}) memory has been "
+                    rf"allocated and available memory is only (?P<free>{_SZ})")
+# a device allocator's own figures (XLA / vLLM's cumem allocator): "... while trying to allocate 671088640 bytes
+# (free: 513736704, total: 85095874560)"
+BYTES_FREE_TOTAL = re.compile(r"while trying to allocate (?P<req>\d+) bytes \(free: (?P<free>\d+), "
+                              r"total: (?P<total>\d+)\)")
 
 
 def _size(m: re.Match[str] | None, group: str = "sz") -> int | None:
@@ -69,7 +78,7 @@ class TorchOomParser:
 
     @property
     def busy(self) -> bool:
-        return bool(self._async)
+        return bool(self._async) or bool(self._wrapped)
 
     def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,
                  tracebacks: TracebackTracker | None = None) -> None:
@@ -79,6 +88,8 @@ class TorchOomParser:
         self.tb = tracebacks or TracebackTracker()
         self._seen: set[tuple[int | None, str]] = set()
         self._async: dict[int | None, dict] = {}      # rank -> pending cudaMallocAsync block
+        # rank -> a message cut by a line wrap: [index in out.ooms, text so far, lines left to look at]
+        self._wrapped: dict[int | None, list] = {}
 
     def feed(self, ln: LogLine) -> None:
         text = ln.text
@@ -87,6 +98,8 @@ class TorchOomParser:
             pending = self._async.get(rank)
             if pending is not None and self._feed_async(pending, ln, rank):
                 return
+        if self._wrapped and self._continue_wrapped(ln, rank):
+            return
         if not any(t in text for t in TRIGGERS):
             return
         if "would exceed allowed memory" in text:
@@ -100,6 +113,37 @@ class TorchOomParser:
             return
         self._seen.add(key)
         self.out.ooms.append(event)
+        if event.truncated and event.kind in (OomKind.CACHING_ALLOCATOR, OomKind.HIP) and event.requested_bytes:
+            self._wrapped[rank] = [len(self.out.ooms) - 1, text.rstrip(), 3]
+
+    # a message wrapped by a terminal, a forum or a logger: its clauses continue on the next lines
+    _CONTINUATION = re.compile(r"total capac|already allocated|free;|reserved in total|cached\)|allocated by PyTorch|"
+                               r"reserved by PyTorch|memory in use|allowed;|^\s*\((?:GPU|NPU|XPU) \d+;|^\s*(?:GPU \d+ has|"
+                               r"Of the allocated|Including non-PyTorch|[\d.]+\s?[KMGT]i?B\b)")
+
+    def _continue_wrapped(self, ln: LogLine, rank: int | None) -> bool:
+        pending = self._wrapped.get(rank)
+        if pending is None:
+            return False
+        idx, so_far, left = pending
+        if not self._CONTINUATION.search(ln.text) or "Tried to allocate" in ln.text:
+            del self._wrapped[rank]
+            return False
+        joined = so_far + " " + ln.text.strip()
+        old = self.out.ooms[idx]
+        event = self._parse_line(joined, ln, rank)
+        if event is not None and event.requested_bytes == old.requested_bytes:
+            import dataclasses
+
+            self.out.ooms[idx] = dataclasses.replace(event, ref=old.ref, stack=old.stack if old.stack.frames
+                                                     else event.stack, exception=old.exception or event.exception)
+            if event.truncated and left > 1:
+                self._wrapped[rank] = [idx, joined, left - 1]
+            else:
+                del self._wrapped[rank]
+        else:
+            del self._wrapped[rank]
+        return True
 
     def finish(self) -> None:
         for rank in list(self._async):
@@ -128,6 +172,18 @@ class TorchOomParser:
         if CUDA_ERROR_OOM.search(text):
             return OomEvent(OomKind.CUDA_ERROR, ref(self.path, ln), rank, exception=exc,
                             message_format="CUDA error: out of memory", stack=stack)
+        m = PADDLE.search(text)
+        if m:
+            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, int(m.group("dev")),
+                            requested_bytes=parse_size_or_none(m.group("req")),
+                            allocated_bytes=parse_size_or_none(m.group("alloc")),
+                            free_bytes=parse_size_or_none(m.group("free")), exception=exc, message_format="paddle",
+                            stack=stack, truncated=True)
+        m = BYTES_FREE_TOTAL.search(text)
+        if m:
+            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=int(m.group("req")),
+                            capacity_bytes=int(m.group("total")), free_bytes=int(m.group("free")), exception=exc,
+                            message_format="bytes (free, total)", stack=stack, truncated=True)
         if MPS.search(text):
             return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, exception=exc, message_format="MPS", stack=stack)
         if "CUDA out of memory" in text or "HIP out of memory" in text:
@@ -144,7 +200,7 @@ class TorchOomParser:
         others = tuple((int(m.group("pid")), b) for m in OTHER_PROC.finditer(text)
                        if (b := _size(m)) is not None)
         partial = None
-        if old is None and "(GPU" in text and "already allocated" in text:
+        if old is None and ("(GPU" in text or "PU " in text) and "already allocated" in text:
             partial = {k: _size(r.search(text)) for k, r in OLD_FIELDS.items()}
         if old or partial:
             get = (lambda k: parse_size_or_none(old.group(k))) if old else partial.get
@@ -152,7 +208,7 @@ class TorchOomParser:
             res = get("res")
             if res is not None and alloc is not None and res < alloc and "cached" in text:
                 res = alloc + res        # 2018-19 messages: "cached" was the cached free memory, not the total
-            dev = re.search(r"\(GPU (\d+)", text)
+            dev = re.search(r"\((?:GPU|NPU|XPU|MLU) (\d+)", text)
             return OomEvent(
                 kind, ref(self.path, ln), rank, int(dev.group(1)) if dev else None, requested_bytes=requested,
                 capacity_bytes=get("cap"), free_bytes=get("free"),
@@ -171,7 +227,8 @@ class TorchOomParser:
             fmt = "2.1" if cap.group("typo") == "" or "max_split_size_mb to avoid" in text else ">=2.2"
         truncated = cap is None or alloc is None or ru is None
         return OomEvent(
-            kind, ref(self.path, ln), rank, int(cap.group("dev")) if cap else None, requested_bytes=requested,
+            kind, ref(self.path, ln), rank, int(cap.group("dev")) if cap and cap.group("dev") else None,
+            requested_bytes=requested,
             capacity_bytes=_size(cap, "cap"), free_bytes=_size(cap, "free") if cap and cap.group("free") else None,
             allowed_bytes=_size(ALLOWED.search(text)), allocated_bytes=alloc, reserved_bytes=reserved,
             reserved_unallocated_bytes=ru, process_in_use_bytes=_size(SELF_PROC.search(text)),

@@ -97,6 +97,10 @@ class Fragmentation:
         flushes = ctx.evidence.fact_value("deepspeed.cache_flushes")
         if flushes:
             signals.append((f"DeepSpeed reports {flushes} allocator cache flushes", 0.05))
+        retries = ctx.evidence.fact_value("memory_summary.retries")
+        if retries:
+            signals.append((f"memory_summary() counts {retries} cudaMalloc retries (the cache was freed and "
+                            "the allocation retried)", 0.05))
         conf = confidence(signals)
         already = bool(ctx.snapshot is not None and ctx.snapshot.expandable)
         fixes = []

@@ -1,0 +1,361 @@
+"""Message variants other people's logs carry, each from a real line of the corpus dev fold.
+
+Every excerpt is verbatim from the thread named beside it (tests/corpus/).
+"""
+
+from __future__ import annotations
+
+from oompost.model import FailureKind
+from oompost.parsers import parse_text
+
+
+def kinds(text: str) -> set[FailureKind]:
+    return {f.kind for f in parse_text(text).failures}
+
+
+# openxla/xla#7201: NCCL's OOM quoted inside XLA's own error message
+def test_nccl_cuda_oom_quoted_in_another_runtimes_message():
+    line = ("NCCL operation ncclCommInitRank(&comm, nranks, id, rank) failed: unhandled cuda error (run with "
+            "NCCL_DEBUG=INFO for details). Last NCCL warning(error) log entry (may be unrelated) 'Cuda failure 2 "
+            "'out of memory''.; current tracing scope: all-reduce-start.285")
+    ev = parse_text(line)
+    assert FailureKind.NCCL_CUDA_OOM in {f.kind for f in ev.failures}
+    assert not ev.ooms                      # the communicator's OOM, not a tensor's
+
+
+# intel/intel-extension-for-pytorch#640: oneCCL on Level Zero runs out of device memory
+def test_oneccl_out_of_device_memory():
+    line = ("2024:05:29-19:16:18:(202165) |CCL_ERROR| worker.cpp:338 ccl_worker_func: worker 0 caught internal "
+            "exception: oneCCL: ze_call.cpp:28 do_call: EXCEPTION: ze error at zeCommandQueueExecuteCommandLists, "
+            "code: ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY")
+    assert FailureKind.NCCL_CUDA_OOM in kinds(line)
+
+
+# NVIDIA/nccl#697: an older NCCL's error return chain, no WARN line
+def test_nccl_info_error_return_chain():
+    text = ("dgxa100:1050:1315 [0] NCCL INFO Channel 15/0 : 0[90000] -> 1[1000] [send] via NET/Socket/7\n"
+            "dgxa100:1050:1316 [0] NCCL INFO include/net.h:25 -> 2\n"
+            "dgxa100:1050:1316 [0] NCCL INFO transport/net.cc:515 -> 2\n")
+    assert FailureKind.NCCL_SYSTEM in kinds(text)
+
+
+def test_nccl_channel_arrows_are_not_errors():
+    assert not kinds("dgxa100:1050:1315 [0] NCCL INFO Channel 03/0 : 0[90000] -> 1[1000] [send] via NET/Socket/3\n")
+
+
+# NVIDIA/TensorRT-LLM#5872: a serving engine's own out-of-memory wording
+def test_insufficient_gpu_memory_is_an_oom():
+    line = ("[07/08/2025-19:47:15] [TRT-LLM] [RANK 1] [E] Failed to initialize executor on rank 1: Executor creation "
+            "failed due to insufficient GPU memory.")
+    assert parse_text(line).ooms
+
+
+# bitsandbytes-foundation/bitsandbytes#596: a traceback pasted up to the raise, without its exception line
+def test_traceback_ending_at_a_deepspeed_config_raise():
+    text = ('  File "/x/src/deepspeed/runtime/engine.py", line 1172, in _configure_optimizer\n'
+            "    self._configure_optimizer(optimizer, model_parameters)\n"
+            '  File "/x/src/deepspeed/runtime/engine.py", line 1172, in _configure_optimizer\n'
+            "    raise ZeRORuntimeException(msg)\n")
+    fails = [f for f in parse_text(text).failures if f.kind is FailureKind.CONFIG_VALIDATION]
+    assert fails and fails[0].exception == "ZeRORuntimeException"
+
+
+def test_a_settings_assertion_raised_by_deepspeed_is_a_config_error():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/x/deepspeed/runtime/engine.py", line 1000, in _configure_optimizer\n'
+            "    assert self.zero_optimization_stage() == 3\n"
+            "AssertionError: Partial offloading requires stage 3\n")
+    assert FailureKind.CONFIG_VALIDATION in kinds(text)
+
+
+def test_an_assertion_elsewhere_stays_a_python_exception():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/x/model.py", line 10, in forward\n'
+            "    assert x.shape[0] == 4\n"
+            "AssertionError\n")
+    assert kinds(text) == {FailureKind.PYTHON_EXCEPTION}
+
+
+# NVlabs/nvdiffrast#23: per-GPU memory figures that rise every iteration (two GPUs interleaved)
+def test_memory_rising_every_iteration_per_device():
+    text = ("nvidia-smi GPU-0 memory (MB) 2796\nnvidia-smi GPU-1 memory (MB) 1494\nIter 8 Time 0.575\n"
+            "nvidia-smi GPU-0 memory (MB) 2798\nnvidia-smi GPU-1 memory (MB) 1495\nIter 9 Time 0.544\n"
+            "nvidia-smi GPU-0 memory (MB) 2800\nnvidia-smi GPU-1 memory (MB) 1497\n")
+    assert parse_text(text).fact("cue.memory_growing") is not None
+
+
+def test_flat_memory_figures_are_not_growth():
+    text = "".join(f"torch.cuda.memory_allocated(0) 318986240\nIter {i} Time 0.5\n" for i in range(5))
+    assert parse_text(text).fact("cue.memory_growing") is None
+
+
+# MichalBusta/E2E-MLT#37's message (dev), as a terminal or a forum wraps it: the clauses on the next line
+E2E_MLT = ("RuntimeError: CUDA out of memory. Tried to allocate 128.00 MiB (GPU 0; 983.69 MiB total capacity; "
+           "209.53 MiB already allocated; 69.56 MiB free; 6.47 MiB cached)")
+
+
+def test_old_message_wrapped_before_its_numbers():
+    head, tail = E2E_MLT.split(" (GPU 0;")
+    (o,) = parse_text(head + "\n(GPU 0;" + tail + "\n").ooms
+    assert o.capacity_bytes is not None and o.allocated_bytes is not None and o.free_bytes is not None
+    assert not o.truncated
+
+
+# NVIDIA/Megatron-LM#525's message (dev), wrapped after "total capacity;"
+def test_old_message_wrapped_mid_clause():
+    text = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 786.00 MiB (GPU 0; 31.74 GiB total "
+            "capacity;\n28.82 GiB already allocated; 577.12 MiB free; 29.97 GiB reserved in total by PyTorch)\n")
+    (o,) = parse_text(text).ooms
+    assert o.reserved_unallocated_bytes is not None and o.reserved_unallocated_bytes > 1_000_000_000
+
+
+# vllm-project/compressed-tensors#587's message (dev), wrapped before "Of the allocated memory"
+def test_new_message_wrapped():
+    text = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of "
+            "79.18 GiB of which 1.08 GiB is free. Including non-PyTorch memory, this process has 78.09 GiB memory in "
+            "use.\nOf the allocated memory 75.31 GiB is allocated by PyTorch, and 1.83 GiB is reserved by PyTorch but "
+            "unallocated.\nNext line of the log\n")
+    (o,) = parse_text(text).ooms
+    assert o.allocated_bytes is not None and o.reserved_unallocated_bytes is not None
+
+
+def test_a_following_unrelated_line_is_not_joined():
+    (o,) = parse_text(E2E_MLT.split(" (GPU 0;")[0] + "\nEpoch 3 loss 0.2\n").ooms
+    assert o.capacity_bytes is None
+
+
+# huggingface/peft#2014 (dev): a settings ValueError from the DeepSpeed integration, no traceback
+def test_deepspeed_settings_valueerror_is_a_config_error():
+    line = ("ValueError: Model was not initialized with `Zero-3` despite being configured for DeepSpeed Zero-3. "
+            "Please re-initialize your model via `Model.from_pretrained(...)` or `Model.from_config(...)` after "
+            "creating your `TrainingArguments`!")
+    assert FailureKind.CONFIG_VALIDATION in kinds(line)
+
+
+def test_subprocess_exit_status_minus_9_is_a_sigkill():
+    line = ("subprocess.CalledProcessError: Command '['/usr/bin/python3', '-u', 'finetune.py', '--local_rank=0']' "
+            "returned non-zero exit status -9.")
+    assert FailureKind.SIGKILL in kinds(line)
+
+
+# facebookresearch/fairseq#2442 (dev): torch.cuda.memory_summary() printed after the OOM
+FAIRSEQ_SUMMARY = """\
+|===========================================================================|
+|                  PyTorch CUDA memory summary, device ID 0                 |
+|---------------------------------------------------------------------------|
+|           CUDA OOMs: 1             |       cudaMalloc retries: 6          |
+|===========================================================================|
+|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |
+|---------------------------------------------------------------------------|
+| Allocated memory      |   26377 MB |   26988 MB |  767743 GB |  767717 GB |
+|       from large pool |   25981 MB |   26595 MB |  738567 GB |  738542 GB |
+"""
+
+
+def test_memory_summary_table_counts_an_oom():
+    ev = parse_text(FAIRSEQ_SUMMARY)
+    assert ev.fact_value("memory_summary.retries") == 6
+    assert ev.fact_value("memory_summary.allocated") == 26377 * 2**20
+    (o,) = ev.ooms
+    assert o.message_format == "memory_summary" and o.allocated_bytes == 26377 * 2**20
+
+
+def test_memory_summary_without_an_oom_is_not_a_failure():
+    ev = parse_text(FAIRSEQ_SUMMARY.replace("CUDA OOMs: 1", "CUDA OOMs: 0"))
+    assert not ev.ooms
+
+
+def test_memory_series_are_kept_per_rank():
+    text = "".join(f"[rank0]: step {i} mem {3000 + 100 * i} MiB\n[rank1]: step {i} mem {1000 + 50 * i} MiB\n"
+                   for i in range(4))
+    assert parse_text(text).fact("cue.memory_growing") is not None
+
+
+def test_memory_figures_with_thousands_separators():
+    text = "".join(f"epoch {i}: GPU memory used {v} MiB\n" for i, v in enumerate(("1,234", "1,890", "2,512", "3,020")))
+    assert parse_text(text).fact("cue.memory_growing") is not None
+
+
+# a traceback behind prefixes that no launcher rule strips (a pdsh host, Ray's "(pid=N)", a logger's stamp, and
+# srun's "0: " before indented frame lines): the frames still reach the OOM
+def _prefixed_oom(prefix: str) -> str:
+    body = ["Traceback (most recent call last):",
+            '  File "/x/train.py", line 10, in <module>',
+            "    loss.backward()",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+            "79.00 GiB of which 1.00 GiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and "
+            "1.00 GiB is reserved by PyTorch but unallocated."]
+    return "\n".join(prefix + line for line in body) + "\n"
+
+
+def test_traceback_frames_behind_unknown_prefixes():
+    for prefix in ("node-12: ", "(pid=2345) ", "2024-01-01 10:00:00,123 - ERROR - ", "trainer-1  | ", "0: "):
+        (o,) = parse_text(_prefixed_oom(prefix)).ooms
+        assert [f.name for f in o.stack.frames] == ["<module>"], prefix
+        assert o.stack.frames[0].code == "loss.backward()", prefix
+
+
+def test_prefixed_settings_assertion_is_still_read():
+    text = ("node-3: Traceback (most recent call last):\n"
+            'node-3:   File "/x/deepspeed/runtime/engine.py", line 1000, in _configure_optimizer\n'
+            "node-3:     assert self.zero_optimization_stage() == 3\n"
+            "node-3: AssertionError: offload requires stage 3\n")
+    assert FailureKind.CONFIG_VALIDATION in kinds(text)
+
+
+# pytorch/pytorch#7343 (dev): a REPL session, each query's value on the next line
+def test_repl_memory_queries_that_rise():
+    text = (">>> print(torch.cuda.memory_allocated())\n865280\n>>> x = torch.randn(1, device='cuda')\n"
+            ">>> del x, y\n>>> gc.collect()\n0\n>>> print(torch.cuda.memory_allocated())\n867328\n")
+    assert parse_text(text).fact("cue.memory_growing") is not None
+
+
+def test_repl_memory_queries_that_stay_flat():
+    text = ">>> print(torch.cuda.memory_allocated())\n865280\n>>> print(torch.cuda.memory_allocated())\n865280\n"
+    assert parse_text(text).fact("cue.memory_growing") is None
+
+
+# older NCCL and driver wordings of a device allocation failure
+def test_older_nccl_warn_allocation_failures():
+    for line in ("node1:1234:5678 [0] NCCL WARN Call to cudaMalloc failed : 2",
+                 "node1:1234:5678 [0] NCCL WARN Cuda failure 'cudaErrorMemoryAllocation'",
+                 "node1:1234:5678 [0] NCCL WARN Cuda failure 'CUDA_ERROR_OUT_OF_MEMORY'",
+                 "NCCL WARN Call to cudaMalloc failed : 2"):
+        assert FailureKind.NCCL_CUDA_OOM in kinds(line + "\n"), line
+
+
+def test_evaluation_loop_frames_are_an_evaluation_cue():
+    text = ('Traceback (most recent call last):\n  File "/x/pytorch_lightning/loops/epoch.py", line 5, in _run\n'
+            '    output = self.trainer.validation_step(batch)\n'
+            '  File "/x/model.py", line 40, in validation_step\n    out = self(x)\n')
+    assert parse_text(text).fact("cue.evaluation") is not None
+
+
+# netease-youdao/QAnything#289 (dev): a serving engine refuses a combination of settings and names them
+def test_settings_advice_valueerror_is_a_config_error():
+    line = ("ValueError: The model's max seq len (4096) is larger than the maximum number of tokens that can be "
+            "stored in KV cache (3792). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+            "initializing the engine.")
+    assert FailureKind.CONFIG_VALIDATION in kinds(line)
+
+
+# vllm-project/vllm#2447 (dev): the same advice about an allocation that failed stays a memory failure
+def test_memory_advice_valueerror_stays_an_oom():
+    line = ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+            "initializing the engine.")
+    ev = parse_text(line)
+    assert ev.ooms and FailureKind.CONFIG_VALIDATION not in {f.kind for f in ev.failures}
+
+
+# MAGICS-LAB/DNABERT_2#134 (dev): a Jupyter (old IPython) traceback
+DNABERT = """\
+---------------------------------------------------------------------------
+OutOfMemoryError                          Traceback (most recent call last)
+<ipython-input-13-941869335d74> in <cell line: 1>()
+----> 1 predictions = trainer.predict(test_dataset)
+      2 
+
+/usr/local/lib/python3.10/dist-packages/transformers/trainer.py in predict(self, test_dataset, ignore_keys, metric_key_prefix)
+   3007         eval_loop = self.prediction_loop if self.args.use_legacy_prediction_loop else self.evaluation_loop
+-> 3008         output = eval_loop(
+   3009             test_dataloader, description="Prediction", ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix
+   3010         )
+
+/usr/local/lib/python3.10/dist-packages/transformers/trainer.py in evaluation_loop(self, dataloader, description)
+-> 3140                 preds_host = logits if preds_host is None else nested_concat(preds_host, logits)
+   3141             self.control = self.callback_handler.on_prediction_step(args, self.state, self.control)
+
+OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total capacity; 13.50 GiB already allocated; 1.00 GiB free; 14.00 GiB reserved in total by PyTorch)
+"""
+
+
+def test_old_ipython_traceback_frames():
+    (o,) = parse_text(DNABERT).ooms
+    assert [f.name for f in o.stack.frames] == ["<cell line: 1>", "predict", "evaluation_loop"]
+    assert o.stack.frames[-1].line == 3140 and o.stack.frames[-1].code.startswith("preds_host = ")
+
+
+def test_new_ipython_traceback_frames():
+    text = ("OutOfMemoryError                          Traceback (most recent call last)\n"
+            "Cell In[5], line 3\n      1 x = torch.randn(10)\n----> 3 y = model(x)\n\n"
+            "File ~/lib/python3.10/site-packages/torch/nn/modules/module.py:1501, in Module._call_impl(self, *args)\n"
+            "-> 1501     return forward_call(*args, **kwargs)\n\n"
+            + DNABERT.splitlines()[-1] + "\n")
+    (o,) = parse_text(text).ooms
+    assert [f.filename for f in o.stack.frames][0] == "Cell In[5]" and o.stack.frames[0].code == "y = model(x)"
+    assert len(o.stack.frames) == 2
+
+
+# huggingface/trl#1626 (dev): the device index left out of "GPU  has a total capacity"
+def test_new_message_without_device_index():
+    line = ("CUDA out of memory. Tried to allocate 20.39 GiB. GPU  has a total capacity of 22.19 GiB of which 11.72 GiB "
+            "is free. Process 3141 has 10.46 GiB memory in use. Of the allocated memory 7.48 GiB is allocated by "
+            "PyTorch, and 2.43 GiB is reserved by PyTorch but unallocated.")
+    (o,) = parse_text(line).ooms
+    assert o.capacity_bytes is not None and o.device is None and o.reserved_unallocated_bytes is not None
+
+
+# wtdcode/vllm-backport#94 (dev): an allocator's own byte counts
+def test_bytes_free_total_allocation_failure():
+    (o,) = parse_text("while trying to allocate 671088640 bytes (free: 513736704, total: 85095874560).\n").ooms
+    assert (o.requested_bytes, o.free_bytes, o.capacity_bytes) == (671088640, 513736704, 85095874560)
+
+
+# pcyin/tranX#41 (dev): the kernel's OOM killer is a host failure, not a GPU OOM without numbers
+def test_kernel_oom_killer_line_is_not_a_gpu_oom():
+    ev = parse_text("[2059991.491542] Out of memory: Killed process 25315 (python3) total-vm:53312244kB\n")
+    assert not ev.ooms and FailureKind.HOST_OOM_KILL in {f.kind for f in ev.failures}
+
+
+# other accelerators' caching-allocator messages: torch_npu (with its extra "current active" clause), XPU
+def test_npu_and_xpu_old_style_messages():
+    npu = ("RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.97 GiB total capacity; 57.05 GiB "
+           "already allocated; 57.05 GiB current active; 1.16 GiB free; 58.50 GiB reserved in total by PyTorch)")
+    (o,) = parse_text(npu).ooms
+    assert o.device == 0 and o.capacity_bytes and o.allocated_bytes and o.reserved_unallocated_bytes
+    xpu = ("RuntimeError: XPU out of memory. Tried to allocate 2.00 GiB (XPU 1; 15.11 GiB total capacity; 12.00 GiB "
+           "already allocated; 1.00 GiB free; 13.00 GiB reserved in total by PyTorch)")
+    (o,) = parse_text(xpu).ooms
+    assert o.device == 1 and not o.truncated
+
+
+def test_paddle_out_of_memory():
+    line = ("ResourceExhaustedError: Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, "
+            "15.719055GB memory has been allocated and available memory is only 3.625000MB.")
+    (o,) = parse_text(line).ooms
+    assert o.requested_bytes and o.allocated_bytes and o.free_bytes
+
+
+# facebookresearch/detectron2#214 (dev): detectron2's event lines carry "max_mem: 2996M" (no "B")
+D2 = ("[11/01 19:18:23 d2.utils.events]: eta: 4:58:26  iter: {i}  total_loss: 1.619  loss_cls: 1.110  "
+      "time: 0.1999  data_time: 0.0032  lr: 0.006593  max_mem: {m}M\n")
+
+
+def test_detectron2_max_mem_series():
+    assert parse_text("".join(D2.format(i=659 + 20 * k, m=2996) for k in range(7))).fact("cue.memory_growing") is None
+    assert parse_text("".join(D2.format(i=659 + 20 * k, m=2996 + 300 * k) for k in range(7))).fact(
+        "cue.memory_growing") is not None
+
+
+# HF's DeepSpeed integration raises ValueError("\nPlease correct the following DeepSpeed config values ..."):
+# the exception line is "ValueError: " and the message follows
+def test_exception_message_on_the_following_lines():
+    text = ("ValueError: \nPlease correct the following DeepSpeed config values that mismatch TrainingArguments "
+            "values:\n- ds train_micro_batch_size_per_gpu=4 vs hf per_device_train_batch_size=8\n\n")
+    fails = parse_text(text).failures
+    assert [f.kind for f in fails] == [FailureKind.CONFIG_VALIDATION]
+    assert "mismatch" in fails[0].message
+
+
+def test_memory_series_in_bytes_and_host_figures():
+    for shape in ("after iteration {i}: {v} bytes allocated", "allocated={v}", "RAM: {v}%", "rss {v}"):
+        text = "".join(shape.format(i=i, v=1000 + 100 * i) + "\n" for i in range(5))
+        assert parse_text(text).fact("cue.memory_growing") is not None, shape
+    assert parse_text("".join(f"param count {1000 + i}\n" for i in range(5))).fact("cue.memory_growing") is None
+
+
+def test_incompatible_loader_options_are_a_config_error():
+    line = ("ValueError: You can't pass `load_in_4bit`or `load_in_8bit` as a kwarg when passing `quantization_config` "
+            "argument at the same time.")
+    assert FailureKind.CONFIG_VALIDATION in kinds(line)
+    assert kinds("ValueError: too many values to unpack (expected 2)\n") == {FailureKind.PYTHON_EXCEPTION}
