@@ -22,7 +22,7 @@ import orjson
 
 from .discover import Job, find_jobs, newest_mtime
 from .executors import default_jobs, run_dask, run_local
-from .fingerprint import job_fingerprint
+from .fingerprint import job_fingerprint, stat_key
 from .history import History
 from ..redact import job_alias
 from .outputs import inside, safe_name, write_atomic
@@ -70,13 +70,8 @@ class ScanResult:
 
 
 def _input_bytes(files: tuple[str, ...]) -> int:
-    total = 0
-    for f in files:
-        try:
-            total += os.stat(f).st_size
-        except OSError:
-            pass
-    return total
+    """A job's weight for scheduling: the size of its inputs (unreadable ones weigh nothing)."""
+    return sum(k[0] for k in map(stat_key, files) if k is not None)
 
 
 def _chunks(tasks: list[tuple[Any, ...]], jobs: int,
