@@ -11,6 +11,7 @@ import io
 import os
 import re
 from collections.abc import Callable, Generator, Iterator
+from functools import lru_cache
 from itertools import repeat
 from dataclasses import dataclass
 from pathlib import Path
@@ -358,9 +359,7 @@ class LineScanner:
         self._compile()
 
     def _compile(self) -> None:
-        merged = _merged_sentinels(self._groups)
-        self._plain = tuple((s, bit) for s, bit in merged.items() if not _has_digit(s))
-        self._digits = tuple((s.translate(_ZERO), s, bit) for s, bit in merged.items() if _has_digit(s))
+        self._plain, self._digits = _sentinel_tables(tuple(self._groups))
         self._shapes: dict[bytes, _Info] = {}
         self._held = 0
         self._version += 1
@@ -491,7 +490,17 @@ def _has_digit(s: bytes) -> bool:
     return s.translate(_ZERO) != s or b"0" in s
 
 
-def _merged_sentinels(groups: list[tuple[str, ...]]) -> dict[bytes, int]:
+@lru_cache(maxsize=256)
+def _sentinel_tables(groups: tuple[tuple[str, ...], ...]
+                     ) -> tuple[tuple[tuple[bytes, int], ...], tuple[tuple[bytes, bytes, int], ...]]:
+    """(sentinels without digits, sentinels with digits as (zero form, sentinel)), each with its
+    consumer bit mask.  The same few groups recur for every file of a scan: worked out once."""
+    merged = _merged_sentinels(groups)
+    return (tuple((s, bit) for s, bit in merged.items() if not _has_digit(s)),
+            tuple((s.translate(_ZERO), s, bit) for s, bit in merged.items() if _has_digit(s)))
+
+
+def _merged_sentinels(groups: tuple[tuple[str, ...], ...]) -> dict[bytes, int]:
     """Sentinel → consumer bit mask.  Within one consumer's group, a sentinel
     containing a shorter one adds no lines and is dropped."""
     out: dict[bytes, int] = {}

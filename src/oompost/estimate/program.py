@@ -10,6 +10,7 @@ from typing import Any
 from ..analysis.allocator import Block, CachingAllocator
 from ..analysis.allocator_rules import AllocatorSettings
 from ..units import MiB
+from . import sim_cache
 from .activations import _factor, _layer_terms, _model_level_terms
 from .calibration import CALIBRATION, OPTIMIZER_STATE_BYTES
 from .models import ModelSpec, _tensors
@@ -1131,7 +1132,12 @@ def _simulate(spec: ModelSpec, setup: TrainSetup, device_bytes: int, cap: float 
     key = (spec, setup, int(device_bytes), cap, tuple(sorted(CALIBRATION.items())), _STEPS, _MICRO_STEPS)
     hit = _SIM_CACHE.get(key)
     if hit is None:
-        hit = _Program(spec, setup, device_bytes, cap).run()
+        name = sim_cache.digest(key) if sim_cache.enabled() else None
+        hit = _from_disk(sim_cache.load(name)) if name is not None else None
+        if hit is None:
+            hit = _Program(spec, setup, device_bytes, cap).run()
+            if name is not None:
+                sim_cache.store(name, _to_disk(hit))
         if len(_SIM_CACHE) >= 256:
             _SIM_CACHE.pop(next(iter(_SIM_CACHE)))
         _SIM_CACHE[key] = hit
@@ -1139,3 +1145,34 @@ def _simulate(spec: ModelSpec, setup: TrainSetup, device_bytes: int, cap: float 
 
 
 _SIM_CACHE: dict[tuple[Any, ...], _SimResult] = {}
+
+
+def _to_disk(r: _SimResult) -> dict[str, Any]:
+    return {"startup_allocated": r.startup_allocated, "startup_reserved": r.startup_reserved,
+            "peak_allocated": r.peak_allocated, "peak_reserved": r.peak_reserved, "peak_phase": r.peak_phase,
+            "live_at_peak": r.live_at_peak, "phase_peaks": r.phase_peaks, "retries": r.retries,
+            "oom": list(r.oom) if r.oom is not None else None}
+
+
+def _from_disk(d: dict[str, Any] | None) -> _SimResult | None:
+    """A cached result, only if every field has its type (the file is outside our control)."""
+    if d is None:
+        return None
+
+    def is_int(v: Any) -> bool:
+        return type(v) is int
+
+    def int_map(v: Any) -> bool:
+        return isinstance(v, dict) and all(isinstance(k, str) and is_int(x) for k, x in v.items())
+
+    oom = d.get("oom")
+    if not (all(is_int(d.get(k)) for k in ("startup_allocated", "startup_reserved", "peak_allocated",
+                                            "peak_reserved", "retries"))
+            and isinstance(d.get("peak_phase"), str) and int_map(d.get("live_at_peak"))
+            and int_map(d.get("phase_peaks"))
+            and (oom is None or (isinstance(oom, list) and len(oom) == 2 and isinstance(oom[0], str)
+                                 and is_int(oom[1])))):
+        return None
+    return _SimResult(d["startup_allocated"], d["startup_reserved"], d["peak_allocated"], d["peak_reserved"],
+                      d["peak_phase"], d["live_at_peak"], d["phase_peaks"], d["retries"],
+                      (oom[0], oom[1]) if oom is not None else None)

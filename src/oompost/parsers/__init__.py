@@ -85,30 +85,35 @@ def _parse_text(path: str, kind: InputKind, out: EvidenceBuilder, sniff_note: st
             p.on_narrow = lambda sentinels, i=i: scanner.set_group(i, sentinels)
     on_close = [p for p in parsers if p.TRIGGER is None]
     indexed = [(1 << i, p) for i, p in enumerate(parsers) if p.TRIGGER is not None]
-    multiline = [*parsers, tracebacks]
     from .steps import StepParser
 
     steps = next((p for p in parsers if isinstance(p, StepParser)), None)
     if steps is not None:      # step lines (most of a long run's log) go to it in bulk
         scanner.direct(parsers.index(steps), steps.raw_shape, steps.take_raw)  # type: ignore[arg-type]
+    # The parsers with a multi-line block open.  A parser's ``busy`` changes only when it is fed,
+    # so it is asked only then, not of every parser on every line.
+    busy: set[LineParser] = set()
     try:
         for n, raw, prev, mask in scanner:
             for ln in decode_line(n, raw, prev=prev):
                 rank = ln.rank if ln.rank is not None else (ln.local_rank if ln.local_rank is not None else rank_hint)
                 tracebacks.feed(ln, rank)
                 for bit, p in indexed:
-                    if mask & bit or p.busy:
+                    if mask & bit or p in busy:
                         p.feed(ln)
+                        if p.busy:
+                            busy.add(p)
+                        else:
+                            busy.discard(p)
                 closed = tracebacks.closed_on(rank, n)
                 for p in on_close:
-                    if closed or p.busy:
+                    if closed or p in busy:
                         p.feed(ln)
-            want = False
-            for p in multiline:
-                if p.busy:
-                    want = True
-                    break
-            scanner.want_all = want
+                        if p.busy:
+                            busy.add(p)
+                        else:
+                            busy.discard(p)
+            scanner.want_all = bool(busy) or tracebacks.busy
         n = scanner.lines_read
     except TruncatedInput as e:
         warnings.append(f"file ends early after line {e.lineno} ({e.reason}); parsed what was there")

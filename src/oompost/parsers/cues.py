@@ -149,8 +149,34 @@ MEMORY_QUERY = re.compile(r"(?:max_)?memory_(?:allocated|reserved|cached)\(\w*\)
 BARE_VALUE = re.compile(r"^\s*(?:Out\[\d+\]:\s*)?(?P<v>\d+(?:\.\d+)?)\s*$")
 
 
+_ASCII_DIGIT = re.compile(r"[0-9]").search
+
+
+def has_digit(text: str) -> bool:
+    """``any(c.isdigit() for c in text)``, at C speed for ASCII text (most log lines)."""
+    if text.isascii():
+        return _ASCII_DIGIT(text) is not None
+    return any(c.isdigit() for c in text)
+
+
 def _literal(words: tuple[str, ...]) -> "re.Pattern[str]":
     return re.compile("|".join(re.escape(w) for w in words))
+
+
+# Whether a cue holds on a line depends only on the line with its ASCII digits turned into 0: no
+# sentinel or pattern of CUES holds a digit or a back-reference, so every construct in them (\d,
+# [\d.], \w, \b, ".") treats all ASCII digits alike (tests/test_parsers_cues.py checks this).
+CUE_SHAPES_SUFFICE = True
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_CUE_TESTS = tuple((name, _literal(sents), pat) for name, (sents, pat) in CUES.items())
+_ANY_CUE = _literal(tuple({s for sents, _ in CUES.values() for s in sents}))
+
+
+def _cues_on(text: str) -> tuple[str, ...]:
+    """The cues whose sentinel and pattern both occur in ``text``."""
+    if not _ANY_CUE.search(text):
+        return ()
+    return tuple(name for name, sents, pat in _CUE_TESTS if sents.search(text) and pat.search(text))
 
 
 class CueParser(SentinelParser):
@@ -171,8 +197,8 @@ class CueParser(SentinelParser):
         self._series_ln: dict[str, LogLine] = {}
         self._model: tuple[int, LogLine] | None = None
         self._progress: tuple[int, int, LogLine | None] = (0, 0, None)
-        self._pending = {k: (_literal(s), pat) for k, (s, pat) in CUES.items()}
-        self._any_pending = _literal(tuple({s for sents, _ in CUES.values() for s in sents}))   # one test per line
+        self._pending = dict.fromkeys(CUES)
+        self._shape_cues: dict[bytes, tuple[str, ...]] = {}
         self._lines = 0
         self._readings = 0
         self._summary: dict[str, tuple[int, LogLine]] = {}      # memory_summary(): first table's figures
@@ -191,13 +217,14 @@ class CueParser(SentinelParser):
     # for each pattern only until it is found (and for the memory series only up to a bound).
     MODEL_NAME_LINES = 20_000
     SERIES_READINGS = 20_000
+    MAX_SHAPES = 4096               # line shapes whose cues are remembered (a log of unique lines forgets)
 
     def feed(self, ln: LogLine) -> None:
         text = ln.text
         self._lines += 1
         if self._query is not None:
             self._query_answer(text)
-        if "memory_" in text and (mq := MEMORY_QUERY.search(text)) and not any(c.isdigit() for c in text[mq.end():]):
+        if "memory_" in text and (mq := MEMORY_QUERY.search(text)) and not has_digit(text[mq.end():]):
             self._query = "? " + _NUMS.sub("#", mq.group(0))
             if self._query_ln is None:
                 self._query_ln = ln
@@ -222,23 +249,27 @@ class CueParser(SentinelParser):
                 self._series_ln.setdefault(key, ln)
         p_steps, p_epochs, _ = self._progress
         if (p_steps < 50 and p_epochs < 2 and ("/" in text or "poch" in text or "tep" in text or "ter" in text)
-                and any(c.isdigit() for c in text)):
+                and has_digit(text)):
             st, ep = progress_of(text)
             if st > p_steps or ep > p_epochs:
                 self._progress = (max(st, p_steps), max(ep, p_epochs), ln)
         pending = self._pending
         found = False
-        if self._any_pending.search(text):
-            for name in tuple(pending):
-                sents, pat = pending[name]
-                if sents.search(text) and pat.search(text):
+        if pending:
+            # which cues hold depends only on the line's shape (CUE_SHAPES_SUFFICE): worked out once per shape
+            shape = text.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)
+            fires = self._shape_cues.get(shape)
+            if fires is None:
+                fires = _cues_on(text)
+                if len(self._shape_cues) >= self.MAX_SHAPES:
+                    self._shape_cues.clear()
+                self._shape_cues[shape] = fires
+            for name in fires:
+                if name in pending:
                     self._counts[name] = 1
                     self._first[name] = ln
                     del pending[name]
                     found = True
-            if found:
-                left = tuple({s for name in pending for s in CUES[name][0]})
-                self._any_pending = _literal(left) if left else re.compile(r"(?!)")
         if found or not self._narrowed:
             self._maybe_narrow()
 

@@ -11,6 +11,8 @@ from typing import Any
 from ..errors import InputError
 from .outputs import inside, write_atomic
 
+CACHE_DIR = ".cache"            # under the output directory; no job's report directory starts with a dot
+
 
 def framework_of(facts: dict[str, Any]) -> str:
     if str(facts.get("DeepSpeed", "")).lower() == "yes":
@@ -27,8 +29,12 @@ def analyze_job(job: str, root: str, files: tuple[str, ...], output: str, out_na
                            "confidence": None, "gpu": None, "framework": None, "summary": "", "error": "",
                            "report": None, "reused": False}
     try:
+        from ..estimate import sim_cache
         from ..pipeline import analyze
         from ..render import render
+
+        # the memory model's replays of a set-up, shared by this scan's workers and later nights
+        sim_cache.use_dir(os.path.join(output, CACHE_DIR, "estimator"))
 
         if not files:
             raise InputError(f"{root}: no input files")
