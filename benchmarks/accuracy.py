@@ -235,7 +235,8 @@ def _write_doc(sections: list[str], summary: dict, frames: dict) -> None:
             "held out and is the figure we report.  The keyword rule is what a reader concludes from the last "
             "OOM message alone: PyTorch's fragmentation hint (reserved-but-unallocated ≥ the request → "
             "fragmentation, else capacity), `Killed`/SIGKILL → host_oom, `Assertion` → config_error, `NCCL` → "
-            "nccl_error.", ""]
+            "nccl_error.  Labels: `tests/corpus/LABEL_AUDIT.md` records every label changed after collection "
+            "(a reading blind to oompost's output, against DESIGN.md's definitions), with the fold it is in.", ""]
     DOC.write_text("\n".join(head + sections) + "\n", encoding="utf-8")
     floor = {k: round(v["accuracy"], 4) for k, v in summary.items() if v}
     FLOOR.write_text(json.dumps({"date": today, "accuracy": floor}, indent=1) + "\n")
