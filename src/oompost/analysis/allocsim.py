@@ -1,0 +1,161 @@
+"""The compiled path of the counterfactual replays: ``_allocsim`` drives a whole run.
+
+``oompost.analysis._allocsim`` (optional C extension, built by setup.py) is a
+port of ``allocator.CachingAllocator`` plus ``replay._Run.step``: it reads the
+trace columns directly, so a replay of millions of entries builds no Python
+object per entry.  The Python model stays the reference: a run goes through C
+only when it starts from an empty allocator (no layout seeded from a truncated
+trace — rebuilding one is Python's job and those traces are short), and the
+extension itself declines (returns None) on values outside what it holds
+safely; the run then steps through Python exactly as before.  Results are
+identical by construction and checked by ``tests/test_allocsim_diff.py``.
+
+The extension releases the GIL for the replay loop, so several runs share the
+cores as threads of this process: no fork, no second copy of anything.
+Set ``OOMPOST_NO_ALLOCSIM=1`` to force the Python model."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TYPE_CHECKING, Any
+
+from .allocator import SimSegmentEvent
+from .allocator_rules import KSMALL_BUFFER, N_INTERVALS, ceil_to
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .replay import _Prepared, _Run
+
+try:  # pragma: no cover - depends on the build
+    from . import _allocsim
+except ImportError:  # pragma: no cover - no compiler at install time
+    _allocsim = None
+
+_EVENT_ACTIONS = ("segment_alloc", "segment_free", "segment_map", "segment_unmap")
+THREADS_FROM_ENTRIES = 50_000       # below this a thread costs more than it saves
+
+
+def available() -> bool:
+    """Whether the compiled replay is built and not switched off."""
+    return _allocsim is not None and not os.environ.get("OOMPOST_NO_ALLOCSIM")
+
+
+def _fresh(r: "_Run", prep: "_Prepared") -> bool:
+    """The run's allocator is as ``_Run`` builds it without seeding (only the
+    private pools' fixed bytes reserved)."""
+    sim = r.sim
+    return (not r.live and not sim.pending and not any(sim.free_pools.values())
+            and not any(sim.unmapped.values()) and sim.allocated == 0 and not sim.events
+            and sim.peak_reserved == sim.reserved and sim.next_addr == prep.base_addr and r.replayed == 0
+            and r.seeded == 0)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _settings(r: "_Run", prep: "_Prepared") -> tuple[Any, ...] | None:
+    """The tuple ``_allocsim.run`` takes, or None where a value is not a plain int
+    (the extension range-checks the ints themselves)."""
+    sim, st = r.sim, r.sim.s
+    divs = tuple(st.roundup_power2_divisions[:N_INTERVALS])
+    divs += (0,) * (N_INTERVALS - len(divs))
+    ms = st.max_split_size
+    if not all(_int(v) for v in divs) or not (ms is None or _int(ms)) \
+            or not _int(st.max_non_split_rounding) or not _int(st.large_segment_size) or st.large_segment_size <= 0:
+        return None
+    cap = sim.cap
+    if cap is not None and not _int(cap):
+        return None
+    gc = int(st.garbage_collection_threshold * cap) if sim.gc_on and cap is not None else None
+    avail = sim.avail
+    if isinstance(avail, float):
+        if math.isnan(avail):
+            return None
+        avail = None if math.isinf(avail) and avail > 0 else math.floor(avail) if not math.isinf(avail) else -(1 << 63)
+    elif not _int(avail):
+        return None
+    if not all(_int(c) for c in sim.twin_caps) or not _int(sim.total) or not _int(sim.reserved):
+        return None
+    grown = sim.total + sim.total // 8
+    return (ms, st.max_non_split_rounding, bool(st.expandable_segments), gc, st.large_segment_size, divs, cap, avail,
+            ceil_to(grown, KSMALL_BUFFER), ceil_to(grown, st.large_segment_size), sim.next_addr, sim.reserved,
+            tuple(sim.twin_caps), bool(prep.has_completed))
+
+
+def _columns(prep: "_Prepared") -> tuple[Any, ...]:
+    import numpy as np
+
+    t = prep.trace
+    return (np.ascontiguousarray(prep.sel, np.int64), np.ascontiguousarray(prep.kind, np.int8),
+            np.ascontiguousarray(t.addr, np.int64), np.ascontiguousarray(t.size, np.int64),
+            np.ascontiguousarray(t.stream, np.int64))
+
+
+def run(r: "_Run", prep: "_Prepared", cols: tuple[Any, ...] | None = None) -> bool:
+    """Replay ``r`` to its end in C and leave it as ``_pass`` would (done, its
+    allocator's counters and events set).  False: not taken (the caller steps it
+    through Python)."""
+    if not available() or not _fresh(r, prep):
+        return False
+    settings = _settings(r, prep)
+    if settings is None:
+        return False
+    out = _allocsim.run(*(cols if cols is not None else _columns(prep)), settings)
+    if out is None:
+        return False
+    _apply(r, prep, out)
+    return True
+
+
+def _apply(r: "_Run", prep: "_Prepared", out: tuple[Any, ...]) -> None:
+    import numpy as np
+
+    (replayed, orphans, first_oom, res_oom, alloc_oom, stopped, fits, peak_res, peak_alloc, device_allocs, reserved,
+     allocated, retries, diverged, *ev) = out
+    sim, st = r.sim, r.st
+    r.replayed, r.orphans = replayed, orphans
+    if first_oom >= 0:
+        r.first_oom = first_oom
+        r.oom_req = st.round(int(prep.trace.size[first_oom]))
+        r.oom_asz = st.alloc_size(r.oom_req)
+        r.res_oom, r.alloc_oom = res_oom, alloc_oom
+    r.stopped = stopped if stopped >= 0 else None
+    r.fits_recorded = None if fits < 0 else bool(fits)
+    if fits == 1:
+        r.notes.append(f"the request that failed at entry {stopped} fits here; what follows in the trace is the "
+                       "original program's reaction to the OOM, so the replay stops")
+    r.done = True
+    sim.peak_reserved, sim.peak_allocated, sim.device_allocs = peak_res, peak_alloc, device_allocs
+    sim.reserved, sim.allocated, sim.retries = reserved, allocated, retries
+    if diverged:
+        sim.diverged, sim.twin_caps = True, ()
+    cols = [np.frombuffer(b, np.int64).tolist() for b in ev]
+    sim.events = [SimSegmentEvent(_EVENT_ACTIONS[a], addr, size, None if a < 2 else off, index)
+                  for a, addr, size, off, index in zip(*cols)]
+    if sim.events:
+        sim.index = sim.events[-1].index
+
+
+def run_all(runs: list["_Run"], prep: "_Prepared") -> list[bool]:
+    """``run`` for each; on long traces the runs go side by side on threads (the
+    extension releases the GIL), one per core at most."""
+    if not runs or not available():
+        return [False] * len(runs)
+    cols = _columns(prep)
+    workers = min(len(runs), cores())
+    if workers < 2 or len(prep.sel) < THREADS_FROM_ENTRIES:
+        return [run(r, prep, cols) for r in runs]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda r: run(r, prep, cols), runs))
+
+
+def cores() -> int:
+    try:
+        want = int(os.environ.get("OOMPOST_JOBS", "0"))
+    except ValueError:
+        want = 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return want if want > 0 else cores
