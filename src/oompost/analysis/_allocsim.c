@@ -639,7 +639,14 @@ static int32_t sim_malloc(Sim *s, int64_t req, int64_t stream) {
 
 /* ---------------------------------------------------------------- the replay's live map */
 
-static uint64_t lhash(int64_t k) { return ((uint64_t)k >> 9 ^ (uint64_t)k) * 0x9E3779B97F4A7C15ull; }
+/* splitmix64's finaliser: every input bit reaches the low bits the table uses (trace
+ * addresses are 512-byte aligned, synthetic ones far more) */
+static uint64_t lhash(int64_t k) {
+    uint64_t x = (uint64_t)k;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
 
 static int live_grow(Live *m) {
     Py_ssize_t nc = m->cap ? m->cap * 2 : 1024;

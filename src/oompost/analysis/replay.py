@@ -378,7 +378,8 @@ def replay_many(snap: Snapshot, runs: Sequence[tuple[AllocatorSettings | str | M
     if jobs > 1:
         rest_done = _in_processes(rest, prep, recorded, avail, jobs)
     if rest_done is None:
-        _pass(rest, prep)
+        if rest:                                      # (an empty pass would still walk every entry)
+            _pass(rest, prep)
         rest_done = [(r.result(prep, recorded, avail), r.sim.diverged) for r in rest]
     it = iter(rest_done)
     done = [(r.result(prep, recorded, avail), r.sim.diverged) if c else next(it) for r, c in zip(every, compiled)]
