@@ -153,6 +153,16 @@ def test_random_traces(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
         assert not all(r.oom for r in p)
 
 
+def test_runs_on_threads_give_the_same_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = random_trace(99, 8_000)
+    runs = [(conf, cap) for conf in CONFS for cap in (None, 2 * GiB)]
+    c, p, taken = both(monkeypatch, s, runs, device_bytes=INF)
+    monkeypatch.setattr(allocsim, "THREADS_FROM_ENTRIES", 0)
+    monkeypatch.setenv("OOMPOST_JOBS", "3")
+    assert allocsim.cores() == 3
+    assert_same(replay_many(s, runs, device_bytes=INF), p)
+
+
 @pytest.mark.parametrize("size", [1 << 61, -(1 << 61), (1 << 62) + 1])
 def test_values_out_of_range_decline_to_python(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
     ev = [TraceEvent("alloc", 1 << 40, MiB, 0, None), TraceEvent("alloc", 2 << 40, size, 0, None),

@@ -608,6 +608,16 @@ def trace_start(snap: Snapshot, device: int, settings: AllocatorSettings | None 
     return _cached(snap, ("trace_start", device, st), lambda: _trace_start(snap, device, st))
 
 
+def _rows(sel: np.ndarray, *cols: np.ndarray, index: bool = False, chunk: int = 1 << 16):  # type: ignore[no-untyped-def]
+    """The columns at ``sel`` as tuples of Python ints (``sel``'s own index first if
+    ``index``), a chunk at a time: whole-trace lists cost ~40 bytes per entry and
+    column, hundreds of MB at the peak of a big snapshot's analysis."""
+    for lo in range(0, len(sel), chunk):
+        s = sel[lo:lo + chunk]
+        lists = [c[s].tolist() for c in cols]
+        yield from zip(s.tolist(), *lists) if index else zip(*lists)
+
+
 def _trace_start(snap: Snapshot, device: int, s: AllocatorSettings) -> TraceStart:
     trace = device_trace(snap, device)
     segs = device_segments(snap, device)
@@ -619,7 +629,7 @@ def _trace_start(snap: Snapshot, device: int, s: AllocatorSettings) -> TraceStar
     A, RQ, CP = trace.code_of("alloc"), trace.code_of("free_requested"), trace.code_of("free_completed")
     sel = np.flatnonzero(np.isin(trace.action, [c for c in (A, RQ, CP) if c >= 0]))
     rnd = s.rounder()
-    for a, addr, size in zip(trace.action[sel].tolist(), trace.addr[sel].tolist(), trace.size[sel].tolist()):
+    for a, addr, size in _rows(sel, trace.action, trace.addr, trace.size):
         if a == A:
             sz = rnd(size)
             live[addr] = sz
@@ -835,8 +845,7 @@ def timeline(snap: Snapshot, device: int = 0, max_points: int = 600) -> list[Tim
     sizes: dict[int, int] = {}
     pending: set[int] = set()
     rnd = settings.rounder()
-    for i, a, addr, size in zip(sel.tolist(), trace.action[sel].tolist(), trace.addr[sel].tolist(),
-                                trace.size[sel].tolist()):
+    for i, a, addr, size in _rows(sel, trace.action, trace.addr, trace.size, index=True):
         if a == AL:
             sz = rnd(size)
             sizes[addr] = sz
