@@ -629,7 +629,10 @@ def _trace_start(snap: Snapshot, device: int, s: AllocatorSettings) -> TraceStar
     A, RQ, CP = trace.code_of("alloc"), trace.code_of("free_requested"), trace.code_of("free_completed")
     sel = np.flatnonzero(np.isin(trace.action, [c for c in (A, RQ, CP) if c >= 0]))
     rnd = s.rounder()
-    for a, addr, size in _rows(sel, trace.action, trace.addr, trace.size):
+    # the same pass gives ``timeline`` its per-entry allocated deltas (kept in the memo
+    # until it takes them): one walk of a big trace in Python instead of two
+    delta: np.ndarray | None = np.zeros(len(trace), np.int64)
+    for i, a, addr, size in _rows(sel, trace.action, trace.addr, trace.size, index=True):
         if a == A:
             sz = rnd(size)
             live[addr] = sz
@@ -641,6 +644,7 @@ def _trace_start(snap: Snapshot, device: int, s: AllocatorSettings) -> TraceStar
                 sz = rnd(size)
             alloc_delta -= sz
             pending.add(addr)
+            sz = -sz
         else:
             if addr in pending:
                 pending.discard(addr)
@@ -650,6 +654,14 @@ def _trace_start(snap: Snapshot, device: int, s: AllocatorSettings) -> TraceStar
                 orphan += 1
                 sz = rnd(size)
             alloc_delta -= sz
+            sz = -sz
+        if delta is not None:
+            try:
+                delta[i] = sz
+            except OverflowError:       # a size no int64 holds: timeline makes its own pass
+                delta = None
+    if delta is not None:
+        memo(snap)[("alloc_deltas", device, s)] = delta
     final_reserved = sum(x.total_size for x in segs)
     final_alloc = sum(b.size for x in segs for b in x.blocks if b.state == ALLOCATED)
     pre = sum(1 for x in segs for b in x.blocks if b.state != INACTIVE and b.address not in live
@@ -822,23 +834,10 @@ def _oom_metrics(snap: Snapshot, request_bytes: int | None, limit_bytes: int | N
 # ----------------------------------------------------------------- timeline
 
 
-def timeline(snap: Snapshot, device: int = 0, max_points: int = 600) -> list[TimelinePoint]:
-    """Allocated and reserved bytes after every trace entry, downsampled to at
-    most ``max_points`` while keeping each bucket's peaks, the global peaks and
-    the OOM entry (so the chart never hides the spike that mattered).
-
-    Allocated counts rounded request sizes (the trace carries requested bytes;
-    unsplit slack is invisible to it) and drops at ``free_requested`` like
-    ``allocated_bytes``; reserved follows the ``segment_*`` entries.  Both start
-    from the state before the first entry, inferred from the final segments."""
-    trace = device_trace(snap, device)
-    if not trace:
-        return []
-    settings = settings_of(snap)
-    ts = trace_start(snap, device, settings)
+def _alloc_deltas(trace: Trace, settings: AllocatorSettings) -> np.ndarray:
+    """Allocated bytes gained (+rounded size at alloc) or lost (−its size at
+    free_requested, or at free_completed when no request preceded it) at each entry."""
     n = len(trace)
-    # allocated: +rounded size at alloc, −(its size) at free_requested, or at free_completed
-    # when no request preceded it; reserved: the segment events
     delta = np.zeros(n, np.int64)
     AL, RQ, CP = trace.code_of("alloc"), trace.code_of("free_requested"), trace.code_of("free_completed")
     sel = np.flatnonzero(np.isin(trace.action, [c for c in (AL, RQ, CP) if c >= 0]))
@@ -859,6 +858,29 @@ def timeline(snap: Snapshot, device: int = 0, max_points: int = 600) -> list[Tim
         else:
             sz = sizes.pop(addr, None)
             delta[i] = -(rnd(size) if sz is None else sz)
+    return delta
+
+
+def timeline(snap: Snapshot, device: int = 0, max_points: int = 600) -> list[TimelinePoint]:
+    """Allocated and reserved bytes after every trace entry, downsampled to at
+    most ``max_points`` while keeping each bucket's peaks, the global peaks and
+    the OOM entry (so the chart never hides the spike that mattered).
+
+    Allocated counts rounded request sizes (the trace carries requested bytes;
+    unsplit slack is invisible to it) and drops at ``free_requested`` like
+    ``allocated_bytes``; reserved follows the ``segment_*`` entries.  Both start
+    from the state before the first entry, inferred from the final segments."""
+    trace = device_trace(snap, device)
+    if not trace:
+        return []
+    settings = settings_of(snap)
+    ts = trace_start(snap, device, settings)
+    n = len(trace)
+    # allocated: +rounded size at alloc, −(its size) at free_requested, or at free_completed
+    # when no request preceded it; reserved: the segment events
+    delta = memo(snap).pop(("alloc_deltas", device, settings), None)   # left by trace_start's pass
+    if delta is None:
+        delta = _alloc_deltas(trace, settings)
     A = np.maximum(ts.allocated_at_start + np.cumsum(delta), 0)
     Rv = np.maximum(ts.reserved_at_start + np.cumsum(_segment_signs(trace) * trace.size), 0)
     keep: set[int] = {0, n - 1, int(np.argmax(A)), int(np.argmax(Rv))}
