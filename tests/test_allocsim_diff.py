@@ -33,7 +33,7 @@ SNAPSHOTS = sorted(ROOT.glob("sample_logs/*/*.pickle*")) + sorted(REFERENCE.glob
 
 
 def both(monkeypatch: pytest.MonkeyPatch, snap: Snapshot, runs, **kw):  # type: ignore[no-untyped-def]
-    """(compiled, python, how many runs the compiled path took)."""
+    """(compiled, python, how many runs the compiled path took, out of how many)."""
     taken: list[bool] = []
     real = allocsim.run_all
 
@@ -46,10 +46,11 @@ def both(monkeypatch: pytest.MonkeyPatch, snap: Snapshot, runs, **kw):  # type: 
     monkeypatch.setattr(allocsim, "run_all", counting)
     monkeypatch.delenv("OOMPOST_NO_ALLOCSIM", raising=False)
     c = replay_many(snap, runs, **kw)
+    counted = list(taken)
     monkeypatch.setenv("OOMPOST_NO_ALLOCSIM", "1")
     p = replay_many(snap, runs, **kw)
     monkeypatch.delenv("OOMPOST_NO_ALLOCSIM")
-    return c, p, sum(taken)
+    return c, p, sum(counted), len(counted)
 
 
 def assert_same(c, p) -> None:  # type: ignore[no-untyped-def]
@@ -76,11 +77,10 @@ def test_real_snapshots(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             rec.with_conf("expandable_segments:True,roundup_power2_divisions:[256:1,512:2,>:8]"),
             rec.with_conf("garbage_collection_threshold:0.9,max_split_size_mb:20,max_non_split_rounding_mb:4")]
     runs = [(st, c) for st in sts for c in caps]
-    c, p, taken = both(monkeypatch, s, runs, device=dev)
+    c, p, taken, total = both(monkeypatch, s, runs, device=dev)
     assert_same(c, p)
-    if len(s.traces[dev]) and not any(r.seeded for r in p) and not any(
-            "mid-run" in n for r in p for n in r.notes):
-        assert taken >= 1               # the compiled path ran (seeded layouts stay in Python)
+    if len(s.traces[dev]):
+        assert taken == total > 0       # every run went through C, seeded starts (truncated traces) too
 
 
 # ------------------------------------------------------------- random traces
@@ -145,7 +145,7 @@ def test_random_traces(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     caps = (None, free // 3, free // 2, free // 2 + 20 * MiB, free * 3 // 4, free + GiB)
     runs = [(conf, cap) for conf in CONFS for cap in caps]
     db = INF if seed % 3 else free * 2 // 3 + 0.5        # a physical limit too, fractional on purpose
-    c, p, taken = both(monkeypatch, s, runs, device_bytes=db)
+    c, p, taken, total = both(monkeypatch, s, runs, device_bytes=db)
     assert_same(c, p)
     assert taken >= len(CONFS)
     assert any(r.oom for r in p) and any(r.retries for r in p)
@@ -156,7 +156,7 @@ def test_random_traces(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_runs_on_threads_give_the_same_results(monkeypatch: pytest.MonkeyPatch) -> None:
     s = random_trace(99, 8_000)
     runs = [(conf, cap) for conf in CONFS for cap in (None, 2 * GiB)]
-    c, p, taken = both(monkeypatch, s, runs, device_bytes=INF)
+    c, p, taken, total = both(monkeypatch, s, runs, device_bytes=INF)
     monkeypatch.setattr(allocsim, "THREADS_FROM_ENTRIES", 0)
     monkeypatch.setenv("OOMPOST_JOBS", "3")
     assert allocsim.cores() == 3
@@ -168,7 +168,7 @@ def test_values_out_of_range_decline_to_python(size: int, monkeypatch: pytest.Mo
     ev = [TraceEvent("alloc", 1 << 40, MiB, 0, None), TraceEvent("alloc", 2 << 40, size, 0, None),
           TraceEvent("free_completed", 1 << 40, MiB, 0, None)]
     s = Snapshot("synthetic", (), (tuple(ev),), {}, {})
-    c, p, taken = both(monkeypatch, s, [("", None), ("expandable_segments:True", GiB)], device_bytes=INF)
+    c, p, taken, total = both(monkeypatch, s, [("", None), ("expandable_segments:True", GiB)], device_bytes=INF)
     assert_same(c, p)
 
 
@@ -192,3 +192,32 @@ def test_hostile_columns_never_crash() -> None:
         run(np.array([0], np.int64), kind, col, col, col, settings[:5])
     huge = settings[:10] + (1 << 70,) + settings[11:]
     assert run(np.array([0], np.int64), kind, col, col, col, huge) is None
+
+
+def test_hostile_seeded_state_declines() -> None:
+    """A seeded layout (from the snapshot's segments) with indices or flags out of range."""
+    import numpy as np
+
+    run = allocsim._allocsim.run
+    kind = np.zeros(2, np.int8)
+    col = np.full(2, MiB, np.int64)
+    sel = np.array([0, 1], np.int64)
+    settings = (None, 20 * MiB, False, None, 20 * MiB, (0,) * 16, None, None, 1 << 30, 1 << 30, 1 << 41, 2 * MiB, (), True)
+
+    def state(block, free=(0,), live=(7, 0)):  # type: ignore[no-untyped-def]
+        b = np.array(block, np.int64).tobytes()
+        return (b, b"", np.array(free, np.int64).tobytes(), b"", b"", b"", b"", np.array(live, np.int64).tobytes(),
+                (2 * MiB, 0, 0, 0, 1, 0, 0))
+
+    good = [1 << 30, 2 * MiB, 0, 0, 0, 0, 1, -1, -1, -1, 0]
+    assert run(sel, kind, col, col, col, settings, state(good)) is not None
+    for k, bad in ((7, 5), (8, -2), (9, 0), (4, 2), (1, 0), (0, 1 << 62)):
+        blk = list(good)
+        blk[k] = bad
+        assert run(sel, kind, col, col, col, settings, state(blk)) is None, (k, bad)
+    assert run(sel, kind, col, col, col, settings, state(good, free=(3,))) is None
+    assert run(sel, kind, col, col, col, settings, state(good, live=(7, 9))) is None
+    with pytest.raises(TypeError):
+        run(sel, kind, col, col, col, settings, ("x",) * 8 + ((0,) * 7,))
+    with pytest.raises(ValueError):
+        run(sel, kind, col, col, col, settings, state(good)[:5])

@@ -738,17 +738,119 @@ static void sim_free(Sim *s) {
     for (int k = 0; k < 2; k++) { PyMem_RawFree(s->fp[k].a); PyMem_RawFree(s->up[k].a); }
 }
 
+/* ---------------------------------------------------------------- a seeded start */
+
+/* int64 items of a bytes object; NULL (TypeError set) unless it is bytes of whole items */
+static const int64_t *i64s(PyObject *o, Py_ssize_t *n) {
+    if (!PyBytes_Check(o) || PyBytes_GET_SIZE(o) % 8) {
+        PyErr_SetString(PyExc_TypeError, "state: int64 bytes expected");
+        return NULL;
+    }
+    *n = PyBytes_GET_SIZE(o) / 8;
+    return (const int64_t *)PyBytes_AS_STRING(o);
+}
+
+#define BLOCK_FIELDS 11   /* ptr, size, stream, small, allocated, pending, mapped, prev, next, seg, gc_base */
+
+/* The allocator as Python left it after rebuilding a truncated trace's starting
+ * layout: blocks, expandable segments, the pools in their (sorted) order, the
+ * pending frees in insertion order, the live map, the counters.  Everything is
+ * range-checked; 0 ok, 1 decline, -1 error. */
+static int load_state(Sim *s, Live *live, PyObject *st) {
+    if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 9) { PyErr_SetString(PyExc_ValueError, "state: 9 items"); return -1; }
+    Py_ssize_t nf, ns;
+    const int64_t *f = i64s(PyTuple_GET_ITEM(st, 0), &nf);
+    if (!f) return -1;
+    const int64_t *g = i64s(PyTuple_GET_ITEM(st, 1), &ns);
+    if (!g) return -1;
+    if (nf % BLOCK_FIELDS || ns % 2) { PyErr_SetString(PyExc_ValueError, "state: ragged arrays"); return -1; }
+    Py_ssize_t nb = nf / BLOCK_FIELDS;
+    ns /= 2;
+    if (nb >= INT32_MAX || ns >= INT32_MAX) return 1;
+    if (grow_array((void **)&s->b, &s->capb, nb, sizeof(Block)) ||
+        grow_array((void **)&s->segs, &s->capsegs, ns, sizeof(ESeg))) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t k = 0; k < ns; k++) {
+        int64_t base = g[2 * k], page = g[2 * k + 1];
+        if (base < -VALUE_LIMIT || base > VALUE_LIMIT || page <= 0 || page > VALUE_LIMIT) return 1;
+        s->segs[k] = (ESeg){base, page};
+    }
+    s->nsegs = ns;
+    for (Py_ssize_t k = 0; k < nb; k++) {
+        const int64_t *r = f + k * BLOCK_FIELDS;
+        for (int q = 0; q < 3; q++) if (r[q] < -VALUE_LIMIT || r[q] > VALUE_LIMIT) return 1;
+        for (int q = 3; q < 7; q++) if (r[q] != 0 && r[q] != 1) return 1;
+        for (int q = 7; q < 9; q++) if (r[q] < -1 || r[q] >= nb) return 1;
+        if (r[9] < -1 || r[9] >= ns || r[10] < -VALUE_LIMIT || r[10] > VALUE_LIMIT) return 1;
+        if (r[1] <= 0) return 1;              /* (the chain walks assume growing totals) */
+        Block *b = &s->b[k];
+        memset(b, 0, sizeof *b);
+        b->ptr = r[0]; b->size = r[1]; b->stream = r[2];
+        b->small = (uint8_t)r[3]; b->allocated = (uint8_t)r[4]; b->pending = (uint8_t)r[5]; b->mapped = (uint8_t)r[6];
+        b->prev = (int32_t)r[7]; b->next = (int32_t)r[8]; b->seg = (int32_t)r[9]; b->gc_base = r[10];
+        b->pprev = b->pnext = -1;
+    }
+    s->nb = nb;
+    for (int small = 0; small <= 1; small++) {
+        Py_ssize_t n;
+        const int64_t *ix = i64s(PyTuple_GET_ITEM(st, 2 + small), &n);
+        if (!ix) return -1;
+        FPool *p = &s->fp[small];
+        if (grow_array((void **)&p->a, &p->cap, n ? n : 1, sizeof(FEnt))) { PyErr_NoMemory(); return -1; }
+        for (Py_ssize_t k = 0; k < n; k++) {
+            if (ix[k] < 0 || ix[k] >= nb) return 1;
+            Block *b = &s->b[ix[k]];
+            p->a[k] = (FEnt){b->stream, b->size, b->ptr, (int32_t)ix[k]};
+        }
+        p->n = n;
+        const int64_t *ux = i64s(PyTuple_GET_ITEM(st, 4 + small), &n);
+        if (!ux) return -1;
+        UPool *u = &s->up[small];
+        if (grow_array((void **)&u->a, &u->cap, n ? n : 1, sizeof(UEnt))) { PyErr_NoMemory(); return -1; }
+        for (Py_ssize_t k = 0; k < n; k++) {
+            if (ux[k] < 0 || ux[k] >= nb) return 1;
+            Block *b = &s->b[ux[k]];
+            u->a[k] = (UEnt){b->stream, b->ptr, (int32_t)ux[k]};
+        }
+        u->n = n;
+    }
+    Py_ssize_t n;
+    const int64_t *pend = i64s(PyTuple_GET_ITEM(st, 6), &n);
+    if (!pend) return -1;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (pend[k] < 0 || pend[k] >= nb || s->b[pend[k]].in_pending) return 1;
+        pend_push(s, (int32_t)pend[k]);
+    }
+    const int64_t *lv = i64s(PyTuple_GET_ITEM(st, 7), &n);
+    if (!lv) return -1;
+    if (n % 2) { PyErr_SetString(PyExc_ValueError, "state: live pairs"); return -1; }
+    for (Py_ssize_t k = 0; k < n; k += 2) {
+        if (lv[k + 1] < 0 || lv[k + 1] >= nb) return 1;
+        if (live_put(live, lv[k], (int32_t)lv[k + 1], 0)) { PyErr_NoMemory(); return -1; }
+    }
+    PyObject *c = PyTuple_GET_ITEM(st, 8);       /* peak_reserved, allocated, peak_allocated, retries,
+                                                    device_allocs, gc_clock[False], gc_clock[True] */
+    if (!PyTuple_Check(c) || PyTuple_GET_SIZE(c) != 7) { PyErr_SetString(PyExc_ValueError, "state: 7 counters"); return -1; }
+    int64_t *dst[7] = {&s->peak_reserved, &s->allocated, &s->peak_allocated, &s->retries, &s->device_allocs,
+                       &s->gc_clock[0], &s->gc_clock[1]};
+    for (int k = 0; k < 7; k++) {
+        int r_ = as_i64(PyTuple_GET_ITEM(c, k), dst[k]);
+        if (r_) return r_;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- run */
 
 PyDoc_STRVAR(run_doc,
-"run(sel, kind, addr, size, stream, settings) -> tuple | None\n\n"
+"run(sel, kind, addr, size, stream, settings, state=None) -> tuple | None\n\n"
 "Replay the entries ``sel`` (int64 indices into the int8 ``kind`` and int64 addr / size /\n"
-"stream columns) through a fresh allocator.  ``settings`` is the tuple built by\n"
+"stream columns) through an allocator, fresh or in ``state``.  ``settings`` and ``state`` are built by\n"
 "``analysis.allocsim``.  None: declined (a value out of range or an overflow).");
 
 static PyObject *run(PyObject *self, PyObject *args) {
-    PyObject *osel, *okind, *oaddr, *osize, *ostream, *oset;
-    if (!PyArg_ParseTuple(args, "OOOOOO!", &osel, &okind, &oaddr, &osize, &ostream, &PyTuple_Type, &oset)) return NULL;
+    PyObject *osel, *okind, *oaddr, *osize, *ostream, *oset, *ostate = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOO!|O", &osel, &okind, &oaddr, &osize, &ostream, &PyTuple_Type, &oset, &ostate))
+        return NULL;
     /* settings: (max_split|None, nsr, expandable, gc_threshold|None, large_seg, divisions[16],
      *            cap|None, avail|None, vs_small, vs_large, base_addr, reserved0, twins, has_completed) */
     if (PyTuple_GET_SIZE(oset) != 14) { PyErr_SetString(PyExc_ValueError, "settings: 14 items"); return NULL; }
@@ -795,6 +897,11 @@ static PyObject *run(PyObject *self, PyObject *args) {
 #undef SETB
     if (s.next_addr < 0 || reserved0 < 0) { declined = 1; goto done; }
     s.reserved = s.peak_reserved = reserved0;
+    if (ostate != Py_None) {                     /* a seeded start (peak_reserved among its counters) */
+        int r_ = load_state(&s, &live, ostate);
+        if (r_ < 0) goto done;
+        if (r_) { declined = 1; goto done; }
+    }
 
     /* nbuf counts the buffers held, for the release at done: */
     if (get_col(osel, &vsel, 8, "lq", "sel") < 0) goto done;

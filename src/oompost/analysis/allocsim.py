@@ -4,8 +4,8 @@
 port of ``allocator.CachingAllocator`` plus ``replay._Run.step``: it reads the
 trace columns directly, so a replay of millions of entries builds no Python
 object per entry.  The Python model stays the reference: a run goes through C
-only when it starts from an empty allocator (no layout seeded from a truncated
-trace — rebuilding one is Python's job and those traces are short), and the
+from its starting state (empty, or the layout seeded for a truncated
+trace is rebuilt in Python, then handed over as arrays: ``_state``), and the
 extension itself declines (returns None) on values outside what it holds
 safely; the run then steps through Python exactly as before.  Results are
 identical by construction and checked by ``tests/test_allocsim_diff.py``.
@@ -40,14 +40,55 @@ def available() -> bool:
     return _allocsim is not None and not os.environ.get("OOMPOST_NO_ALLOCSIM")
 
 
-def _fresh(r: "_Run", prep: "_Prepared") -> bool:
-    """The run's allocator is as ``_Run`` builds it without seeding (only the
-    private pools' fixed bytes reserved)."""
+def _state(r: "_Run") -> tuple[Any, ...] | None:
+    """The allocator as seeding left it (``seed_layout`` / ``_seed_fresh`` for a
+    trace that starts mid-run), in the arrays ``_allocsim.run`` loads: every block
+    reachable from the live map, the pending frees and the pools, with its chain
+    links as indices; the pools and the pending frees in their own order.  None
+    when the allocator is empty (the common case: nothing to load).  Raises
+    OverflowError for a value no int64 holds (the caller declines)."""
+    import numpy as np
+
     sim = r.sim
-    return (not r.live and not sim.pending and not any(sim.free_pools.values())
-            and not any(sim.unmapped.values()) and sim.allocated == 0 and not sim.events
-            and sim.peak_reserved == sim.reserved and sim.next_addr == prep.base_addr and r.replayed == 0
-            and r.seeded == 0)
+    roots = [*r.live.values(), *sim.pending.values(), *(e[-1] for p in sim.free_pools.values() for e in p),
+             *(e[-1] for p in sim.unmapped.values() for e in p)]
+    if not roots:
+        return None
+    index: dict[int, int] = {}
+    order: list[Any] = []
+    for b in roots:
+        if id(b) in index:
+            continue
+        while b.prev is not None:               # the whole chain, from its head
+            b = b.prev
+        while b is not None:
+            if id(b) not in index:
+                index[id(b)] = len(order)
+                order.append(b)
+            b = b.next
+    segs: dict[int, int] = {}
+    seg_rows: list[tuple[int, int]] = []
+    for b in order:
+        if b.seg is not None and id(b.seg) not in segs:
+            segs[id(b.seg)] = len(seg_rows)
+            seg_rows.append((b.seg.base, b.seg.page))
+
+    def ix(b: Any) -> int:
+        return -1 if b is None else index[id(b)]
+
+    rows = [(b.ptr, b.size, b.stream, b.small, b.allocated, b.pending, b.mapped, ix(b.prev), ix(b.next),
+             -1 if b.seg is None else segs[id(b.seg)], b.gc_base) for b in order]
+
+    def arr(v: Any) -> bytes:
+        return np.array(v, np.int64).tobytes()
+
+    return (arr(rows), arr(seg_rows), arr([index[id(e[-1])] for e in sim.free_pools[False]]),
+            arr([index[id(e[-1])] for e in sim.free_pools[True]]),
+            arr([index[id(e[-1])] for e in sim.unmapped[False]]), arr([index[id(e[-1])] for e in sim.unmapped[True]]),
+            arr([index[id(b)] for b in sim.pending.values()]),
+            arr([(a, index[id(b)]) for a, b in r.live.items()]),
+            (sim.peak_reserved, sim.allocated, sim.peak_allocated, sim.retries, sim.device_allocs,
+             sim.gc_clock[False], sim.gc_clock[True]))
 
 
 def _int(v: Any) -> bool:
@@ -67,7 +108,10 @@ def _settings(r: "_Run", prep: "_Prepared") -> tuple[Any, ...] | None:
     cap = sim.cap
     if cap is not None and not _int(cap):
         return None
-    gc = int(st.garbage_collection_threshold * cap) if sim.gc_on and cap is not None else None
+    try:
+        gc = int(st.garbage_collection_threshold * cap) if sim.gc_on and cap is not None else None
+    except (OverflowError, ValueError):  # a cap no float holds: Python meets it only if GC runs
+        return None
     avail = sim.avail
     if isinstance(avail, float):
         if math.isnan(avail):
@@ -96,12 +140,16 @@ def run(r: "_Run", prep: "_Prepared", cols: tuple[Any, ...] | None = None) -> bo
     """Replay ``r`` to its end in C and leave it as ``_pass`` would (done, its
     allocator's counters and events set).  False: not taken (the caller steps it
     through Python)."""
-    if not available() or not _fresh(r, prep):
+    if not available() or r.replayed or r.done:
         return False
     settings = _settings(r, prep)
     if settings is None:
         return False
-    out = _allocsim.run(*(cols if cols is not None else _columns(prep)), settings)
+    try:
+        state = _state(r)
+    except OverflowError:                       # an address or size beyond int64 in the seeded layout
+        return False
+    out = _allocsim.run(*(cols if cols is not None else _columns(prep)), settings, state)
     if out is None:
         return False
     _apply(r, prep, out)
@@ -131,8 +179,8 @@ def _apply(r: "_Run", prep: "_Prepared", out: tuple[Any, ...]) -> None:
     if diverged:
         sim.diverged, sim.twin_caps = True, ()
     cols = [np.frombuffer(b, np.int64).tolist() for b in ev]
-    sim.events = [SimSegmentEvent(_EVENT_ACTIONS[a], addr, size, None if a < 2 else off, index)
-                  for a, addr, size, off, index in zip(*cols)]
+    sim.events = sim.events + [SimSegmentEvent(_EVENT_ACTIONS[a], addr, size, None if a < 2 else off, index)
+                               for a, addr, size, off, index in zip(*cols)]    # after any from seeding
     if sim.events:
         sim.index = sim.events[-1].index
 
