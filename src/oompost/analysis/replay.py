@@ -12,7 +12,9 @@ The allocator itself is ``analysis.allocator.CachingAllocator`` (the one
 model, shared with the estimator).  This module feeds it the trace: the
 entries to replay are filtered once per snapshot (``_Prepared``), a trace that
 starts mid-run is seeded with the layout rebuilt before its first entry, and
-several settings are replayed in one pass (``replay_many``), on every core for
+several settings are replayed together (``replay_many``): each run in compiled
+code where the extension is built (``analysis.allocsim``; runs side by side on
+threads), else all in one Python pass, on every core (forked processes) for
 long traces.  Replaying the recorded settings must reproduce the trace's own
 ``segment_*`` entries; ``matches_trace`` says whether it did.
 """
