@@ -221,3 +221,35 @@ def test_hostile_seeded_state_declines() -> None:
         run(sel, kind, col, col, col, settings, ("x",) * 8 + ((0,) * 7,))
     with pytest.raises(ValueError):
         run(sel, kind, col, col, col, settings, state(good)[:5])
+
+
+# ------------------------------------------------------------- trace_start's walk
+
+
+@pytest.mark.parametrize("path", SNAPSHOTS[:6] + SNAPSHOTS[-3:], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_trace_start_and_timeline(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled walk of ``_trace_start`` (per-entry deltas for the timeline too)."""
+    from oompost.analysis.snapshot_metrics import forget, timeline, trace_start
+
+    out = []
+    for off in ("", "1"):
+        monkeypatch.setenv("OOMPOST_NO_ALLOCSIM", off)
+        s = load_snapshot(path)
+        forget()
+        dev = oom_device(s)
+        out.append((trace_start(s, dev), timeline(s, device=dev, max_points=5_000)))
+    assert out[0] == out[1]
+
+
+def test_trace_start_on_random_traces(monkeypatch: pytest.MonkeyPatch) -> None:
+    from oompost.analysis.snapshot_metrics import forget, timeline, trace_start
+
+    for seed in range(4):
+        out = []
+        for off in ("", "1"):
+            monkeypatch.setenv("OOMPOST_NO_ALLOCSIM", off)
+            forget()
+            s = random_trace(seed, 4_000)
+            out.append((trace_start(s, 0), timeline(s, max_points=10_000)))
+        assert out[0] == out[1]
+        assert out[0][0].orphan_frees > 0

@@ -1010,8 +1010,154 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------- allocated deltas */
+
+/* int64 -> int64 map for alloc_deltas (same probing and deletion as Live) */
+typedef struct { int64_t key, val; uint8_t used; } ISlot;
+typedef struct { ISlot *s; Py_ssize_t cap, n; } IMap;
+
+static Py_ssize_t imap_find(IMap *m, int64_t key) {
+    if (!m->cap) return -1;
+    size_t mask = (size_t)(m->cap - 1);
+    for (size_t j = lhash(key) & mask;; j = (j + 1) & mask) {
+        if (!m->s[j].used) return -1;
+        if (m->s[j].key == key) return (Py_ssize_t)j;
+    }
+}
+
+static int imap_put(IMap *m, int64_t key, int64_t val) {
+    if ((m->n + 1) * 2 > m->cap) {
+        Py_ssize_t nc = m->cap ? m->cap * 2 : 1024;
+        ISlot *ns = PyMem_RawCalloc((size_t)nc, sizeof(ISlot));
+        if (!ns) return -1;
+        for (Py_ssize_t i = 0; i < m->cap; i++) {
+            if (!m->s[i].used) continue;
+            size_t j = lhash(m->s[i].key) & (size_t)(nc - 1);
+            while (ns[j].used) j = (j + 1) & (size_t)(nc - 1);
+            ns[j] = m->s[i];
+        }
+        PyMem_RawFree(m->s);
+        m->s = ns; m->cap = nc;
+    }
+    size_t mask = (size_t)(m->cap - 1);
+    size_t j = lhash(key) & mask;
+    while (m->s[j].used && m->s[j].key != key) j = (j + 1) & mask;
+    if (!m->s[j].used) m->n++;
+    m->s[j] = (ISlot){key, val, 1};
+    return 0;
+}
+
+static void imap_del(IMap *m, Py_ssize_t j) {
+    size_t mask = (size_t)(m->cap - 1), i = (size_t)j;
+    m->s[i].used = 0; m->n--;
+    for (size_t k = (i + 1) & mask; m->s[k].used; k = (k + 1) & mask) {
+        size_t h = lhash(m->s[k].key) & mask;
+        if ((k > i && (h <= i || h > k)) || (k < i && (h <= i && h > k))) {
+            m->s[i] = m->s[k]; m->s[k].used = 0; i = k;
+        }
+    }
+}
+
+static PyObject *imap_keys(IMap *m) {
+    PyObject *b = PyBytes_FromStringAndSize(NULL, m->n * 8);
+    if (!b) return NULL;
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(b);
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < m->cap; i++) if (m->s[i].used) out[k++] = m->s[i].key;
+    return b;
+}
+
+PyDoc_STRVAR(alloc_deltas_doc,
+"alloc_deltas(sel, action, addr, size, codes, divisions) -> tuple | None\n\n"
+"``snapshot_metrics._trace_start``'s pass over the entries ``sel`` (codes: the action codes of\n"
+"alloc, free_requested, free_completed): (per-entry deltas as int64 bytes, their sum, orphan\n"
+"frees, addresses still live, addresses still pending, both as int64 bytes).  None: declined.");
+
+static PyObject *alloc_deltas(PyObject *self, PyObject *args) {
+    PyObject *osel, *oact, *oaddr, *osize, *divs;
+    long long A, RQ;
+    long long CP;
+    if (!PyArg_ParseTuple(args, "OOOO(LLL)O!", &osel, &oact, &oaddr, &osize, &A, &RQ, &CP, &PyTuple_Type, &divs))
+        return NULL;
+    (void)CP;                                    /* the else branch, as in Python */
+    Sim s;
+    memset(&s, 0, sizeof s);
+    if (PyTuple_GET_SIZE(divs) != 16) { PyErr_SetString(PyExc_ValueError, "16 divisions"); return NULL; }
+    for (int k = 0; k < 16; k++) {
+        int r_ = as_i64(PyTuple_GET_ITEM(divs, k), &s.div[k]);
+        if (r_ < 0) return NULL;
+        if (r_ || s.div[k] > (1LL << 40)) Py_RETURN_NONE;
+    }
+    Py_buffer vsel = {0}, vact = {0}, vaddr = {0}, vsize = {0};
+    int nbuf = 0, declined = 0;
+    IMap live = {0}, pending = {0};
+    PyObject *result = NULL, *delta = NULL;
+    if (get_col(osel, &vsel, 8, "lq", "sel") < 0) goto done;
+    nbuf = 1;
+    if (get_col(oact, &vact, 1, "B", "action") < 0) goto done;
+    nbuf = 2;
+    if (get_col(oaddr, &vaddr, 8, "lq", "addr") < 0) goto done;
+    nbuf = 3;
+    if (get_col(osize, &vsize, 8, "lq", "size") < 0) goto done;
+    nbuf = 4;
+    Py_ssize_t n = vact.len;
+    if (vaddr.len / 8 != n || vsize.len / 8 != n) { PyErr_SetString(PyExc_ValueError, "columns of different lengths"); goto done; }
+    delta = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (!delta) goto done;
+    int64_t *d = (int64_t *)PyBytes_AS_STRING(delta);
+    memset(d, 0, (size_t)n * 8);
+    const int64_t *sel = vsel.buf, *caddr = vaddr.buf, *csize = vsize.buf;
+    const uint8_t *cact = vact.buf;
+    Py_ssize_t nsel = vsel.len / 8;
+    int64_t total = 0, orphan = 0;
+    int err = 0;                                 /* 1 declined, 2 no memory */
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < nsel; j++) {
+        int64_t i = sel[j];
+        if (i < 0 || i >= n) { err = 1; break; }
+        int64_t a = cact[i], addr = caddr[i], size = csize[i], sz;
+        if (size > VALUE_LIMIT || size < -VALUE_LIMIT) { err = 1; break; }
+        if (a == A) {
+            sz = round_size(&s, size);
+            if (imap_put(&live, addr, sz)) { err = 2; break; }
+        } else if (a == RQ) {
+            Py_ssize_t e = imap_find(&live, addr);
+            if (e >= 0) { sz = live.s[e].val; imap_del(&live, e); }
+            else { orphan++; sz = round_size(&s, size); }
+            sz = -sz;
+            if (imap_put(&pending, addr, 0)) { err = 2; break; }
+        } else {
+            Py_ssize_t e = imap_find(&pending, addr);
+            if (e >= 0) { imap_del(&pending, e); continue; }
+            e = imap_find(&live, addr);
+            if (e >= 0) { sz = live.s[e].val; imap_del(&live, e); }
+            else { orphan++; sz = round_size(&s, size); }
+            sz = -sz;
+        }
+        if (__builtin_add_overflow(total, sz, &total)) { err = 1; break; }
+        d[i] = sz;
+    }
+    Py_END_ALLOW_THREADS
+    if (err == 2) { PyErr_NoMemory(); goto done; }
+    if (err) { declined = 1; goto done; }
+    PyObject *lk = imap_keys(&live), *pk = lk ? imap_keys(&pending) : NULL;
+    if (!pk) { Py_XDECREF(lk); goto done; }
+    result = Py_BuildValue("(OLLNN)", delta, (long long)total, (long long)orphan, lk, pk);
+done:
+    Py_XDECREF(delta);
+    if (nbuf >= 1) PyBuffer_Release(&vsel);
+    if (nbuf >= 2) PyBuffer_Release(&vact);
+    if (nbuf >= 3) PyBuffer_Release(&vaddr);
+    if (nbuf >= 4) PyBuffer_Release(&vsize);
+    PyMem_RawFree(live.s);
+    PyMem_RawFree(pending.s);
+    if (declined && !PyErr_Occurred()) Py_RETURN_NONE;
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, run_doc},
+    {"alloc_deltas", alloc_deltas, METH_VARARGS, alloc_deltas_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -207,3 +207,26 @@ def cores() -> int:
         want = 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return want if want > 0 else cores
+
+
+def alloc_deltas(trace: Any, sel: Any, codes: tuple[int, int, int], settings: Any) -> tuple[Any, ...] | None:
+    """``snapshot_metrics._trace_start``'s walk of the trace, compiled: the per-entry
+    allocated deltas (int64 array), their sum, the orphan frees, and the addresses
+    still live / still pending at the end (lists).  None: not built, switched off,
+    or declined (the caller walks the trace in Python)."""
+    import numpy as np
+
+    if not available() or trace.action.dtype != np.uint8:
+        return None
+    divs = tuple(settings.roundup_power2_divisions[:N_INTERVALS])
+    divs += (0,) * (N_INTERVALS - len(divs))
+    if not all(_int(v) for v in divs):
+        return None
+    out = _allocsim.alloc_deltas(np.ascontiguousarray(sel, np.int64), np.ascontiguousarray(trace.action),
+                                 np.ascontiguousarray(trace.addr, np.int64), np.ascontiguousarray(trace.size, np.int64),
+                                 codes, divs)
+    if out is None:
+        return None
+    delta, total, orphan, live, pending = out
+    return (np.frombuffer(delta, np.int64), total, orphan, np.frombuffer(live, np.int64).tolist(),
+            np.frombuffer(pending, np.int64).tolist())

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..model import NO_TIME, Block, Frame, Segment, Snapshot, Trace, TraceEvent
 from ..units import fmt_bytes
+from . import allocsim
 from .allocator_rules import (ALLOCATED, INACTIVE, KMIN_BLOCK, KSMALL_BUFFER, KSMALL_SIZE, PENDING, AllocatorSettings,
                               should_split)
 
@@ -630,36 +631,43 @@ def _trace_start(snap: Snapshot, device: int, s: AllocatorSettings) -> TraceStar
     sel = np.flatnonzero(np.isin(trace.action, [c for c in (A, RQ, CP) if c >= 0]))
     rnd = s.rounder()
     # the same pass gives ``timeline`` its per-entry allocated deltas (kept in the memo
-    # until it takes them): one walk of a big trace in Python instead of two
-    delta: np.ndarray | None = np.zeros(len(trace), np.int64)
-    for i, a, addr, size in _rows(sel, trace.action, trace.addr, trace.size, index=True):
-        if a == A:
-            sz = rnd(size)
-            live[addr] = sz
-            alloc_delta += sz
-        elif a == RQ:
-            sz = live.pop(addr, None)
-            if sz is None:
-                orphan += 1
+    # until it takes them): one walk of a big trace instead of two; compiled where built
+    delta: np.ndarray | None
+    fast = allocsim.alloc_deltas(trace, sel, (A, RQ, CP), s)
+    if fast is not None:
+        delta, alloc_delta, orphan, live_at_end, pending_at_end = fast
+        live = dict.fromkeys(live_at_end, 0)      # (only membership is read below)
+        pending = set(pending_at_end)
+    else:
+        delta = np.zeros(len(trace), np.int64)
+        for i, a, addr, size in _rows(sel, trace.action, trace.addr, trace.size, index=True):
+            if a == A:
                 sz = rnd(size)
-            alloc_delta -= sz
-            pending.add(addr)
-            sz = -sz
-        else:
-            if addr in pending:
-                pending.discard(addr)
-                continue
-            sz = live.pop(addr, None)
-            if sz is None:
-                orphan += 1
-                sz = rnd(size)
-            alloc_delta -= sz
-            sz = -sz
-        if delta is not None:
-            try:
-                delta[i] = sz
-            except OverflowError:       # a size no int64 holds: timeline makes its own pass
-                delta = None
+                live[addr] = sz
+                alloc_delta += sz
+            elif a == RQ:
+                sz = live.pop(addr, None)
+                if sz is None:
+                    orphan += 1
+                    sz = rnd(size)
+                alloc_delta -= sz
+                pending.add(addr)
+                sz = -sz
+            else:
+                if addr in pending:
+                    pending.discard(addr)
+                    continue
+                sz = live.pop(addr, None)
+                if sz is None:
+                    orphan += 1
+                    sz = rnd(size)
+                alloc_delta -= sz
+                sz = -sz
+            if delta is not None:
+                try:
+                    delta[i] = sz
+                except OverflowError:       # a size no int64 holds: timeline makes its own pass
+                    delta = None
     if delta is not None:
         memo(snap)[("alloc_deltas", device, s)] = delta
     final_reserved = sum(x.total_size for x in segs)
