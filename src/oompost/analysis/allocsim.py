@@ -113,10 +113,13 @@ def _settings(r: "_Run", prep: "_Prepared") -> tuple[Any, ...] | None:
     except (OverflowError, ValueError):  # a cap no float holds: Python meets it only if GC runs
         return None
     avail = sim.avail
-    if isinstance(avail, float):
+    if isinstance(avail, float):                # Python compares ints with it exactly:
         if math.isnan(avail):
             return None
-        avail = None if math.isinf(avail) and avail > 0 else math.floor(avail) if not math.isinf(avail) else -(1 << 63)
+        if math.isinf(avail):
+            avail = None if avail > 0 else -(1 << 63)   # None: unbounded
+        else:
+            avail = math.floor(avail)           # n > x.5  <=>  n > floor(x.5) for an int n
     elif not _int(avail):
         return None
     if not all(_int(c) for c in sim.twin_caps) or not _int(sim.total) or not _int(sim.reserved):
