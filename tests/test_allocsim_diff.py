@@ -253,3 +253,77 @@ def test_trace_start_on_random_traces(monkeypatch: pytest.MonkeyPatch) -> None:
             out.append((trace_start(s, 0), timeline(s, max_points=10_000)))
         assert out[0] == out[1]
         assert out[0][0].orphan_frees > 0
+
+
+# ------------------------------------------------------------- odd inputs
+
+
+def _same_or_same_error(monkeypatch: pytest.MonkeyPatch, snap: Snapshot, runs, **kw):  # type: ignore[no-untyped-def]
+    from oompost.analysis.snapshot_metrics import forget
+
+    out = []
+    for off in ("", "1"):
+        monkeypatch.setenv("OOMPOST_NO_ALLOCSIM", off)
+        forget()
+        try:
+            out.append(("ok", replay_many(snap, runs, **kw)))
+        except Exception as e:      # noqa: BLE001 - the Python model's own error is the reference
+            out.append(("error", type(e).__name__))
+    assert out[0] == out[1]
+    return out[0]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_extreme_values(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Addresses, sizes and streams at and beyond the int64 edges, negative sizes, any
+    action in any order: the same results (or the same error) either way."""
+    rnd = random.Random(seed)
+    addrs = [rnd.choice([0, -1, 1 << 62, -(1 << 63), (1 << 63) - 1]) if rnd.random() < 0.1
+             else rnd.randrange(1 << 40, 1 << 41, 512) for _ in range(30)]
+    ev = [TraceEvent(rnd.choice(["alloc"] * 4 + ["free_requested", "free_completed", "oom", "segment_alloc"]),
+                     rnd.choice(addrs),
+                     rnd.choice([rnd.randrange(-1000, 3 * MiB), rnd.randrange(0, 300 * MiB), 1 << 60, (1 << 60) + 1,
+                                 -(1 << 62), (1 << 63) - 1, 0, 511, 512, 513]),
+                     rnd.choice([0, 1, -5, 1 << 62]), None) for _ in range(rnd.randrange(10, 300))]
+    s = Snapshot("fuzz", (), (tuple(ev),), {}, {})
+    confs = ("", "expandable_segments:True", "max_split_size_mb:20", "garbage_collection_threshold:0.5",
+             "roundup_power2_divisions:8")
+    _same_or_same_error(monkeypatch, s, [(c, cap) for c in confs for cap in (None, 100 * MiB, GiB)],
+                        device_bytes=rnd.choice([INF, 2 * GiB, 1.5]))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_seeded_layouts(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Truncated traces over random final layouts (native and expandable, small and
+    large, overlapping now and then): the seeded start handed to C gives Python's results."""
+    from oompost.model import Block, Segment
+
+    rnd = random.Random(seed)
+    segs = []
+    base = 1 << 40
+    for _ in range(rnd.randrange(1, 6)):
+        blocks, addr = [], base
+        for _ in range(rnd.randrange(1, 6)):
+            sz = rnd.choice([512, 2 * MiB, 20 * MiB, rnd.randrange(512, 50 * MiB, 512)])
+            st = rnd.choice(["active_allocated", "active_pending_free", "inactive"])
+            blocks.append(Block(addr, sz, sz if st != "inactive" else 0, st))
+            addr += sz
+        total = addr - base
+        segs.append(Segment(device=0, address=base, total_size=total, allocated_size=0, stream=rnd.choice([0, 7]),
+                            segment_type="small" if rnd.random() < 0.3 else "large", pool_id=(0, 0),
+                            is_expandable=rnd.random() < 0.4, blocks=tuple(blocks)))
+        base += (total if rnd.random() < 0.8 else -rnd.randrange(0, total)) + rnd.choice([0, 2 * MiB, 1 << 30])
+    live = [b.address for s in segs for b in s.blocks if b.state != "inactive"]
+    ev: list[TraceEvent] = []
+    for _ in range(rnd.randrange(5, 200)):
+        if rnd.random() < 0.3 and live:
+            a = rnd.choice(live)
+        else:
+            a = rnd.randrange(1 << 45, 1 << 46, 512)
+            ev.append(TraceEvent("alloc", a, rnd.randrange(1, 60 * MiB), rnd.choice([0, 7]), None))
+            if rnd.random() < 0.5:
+                continue
+        ev += [TraceEvent("free_requested", a, 512, 0, None), TraceEvent("free_completed", a, 512, 0, None)]
+    s = Snapshot("fuzz", tuple(segs), (tuple(ev),), {"expandable_segments": rnd.random() < 0.4}, {})
+    confs = ("", "expandable_segments:True", "max_split_size_mb:20", "garbage_collection_threshold:0.5")
+    _same_or_same_error(monkeypatch, s, [(c, cap) for c in confs for cap in (None, 200 * MiB)], device_bytes=INF)

@@ -213,6 +213,10 @@ static void insert_free(Sim *s, int32_t bi) {
                      : (b->size != e->size) ? b->size < e->size : b->ptr < e->ptr;
         if (key_lt_e) hi = mid; else lo = mid + 1;
     }
+    if (lo > 0 && p->a[lo - 1].stream == b->stream && p->a[lo - 1].size == b->size && p->a[lo - 1].ptr == b->ptr) {
+        DECLINE(s);                               /* Python would compare two Blocks: TypeError */
+        return;
+    }
     if (grow_array((void **)&p->a, &p->cap, p->n + 1, sizeof(FEnt))) { s->err = 2; return; }
     memmove(&p->a[lo + 1], &p->a[lo], (size_t)(p->n - lo) * sizeof(FEnt));
     p->a[lo] = (FEnt){b->stream, b->size, b->ptr, bi};
@@ -245,6 +249,10 @@ static void insert_unmapped(Sim *s, int32_t bi) {
         const UEnt *e = &p->a[mid];
         int key_lt_e = (b->stream != e->stream) ? b->stream < e->stream : b->ptr < e->ptr;
         if (key_lt_e) hi = mid; else lo = mid + 1;
+    }
+    if (lo > 0 && p->a[lo - 1].stream == b->stream && p->a[lo - 1].ptr == b->ptr) {
+        DECLINE(s);                               /* (as in insert_free) */
+        return;
     }
     if (grow_array((void **)&p->a, &p->cap, p->n + 1, sizeof(UEnt))) { s->err = 2; return; }
     memmove(&p->a[lo + 1], &p->a[lo], (size_t)(p->n - lo) * sizeof(UEnt));
