@@ -434,6 +434,7 @@ def test_replays_in_processes_give_the_same_results(monkeypatch: pytest.MonkeyPa
 
     s = _synthetic(30_000, seed=4)
     runs = [(c, cap) for c in CONFS for cap in (None, 300 * MiB)]
+    monkeypatch.setenv("OOMPOST_NO_ALLOCSIM", "1")         # processes are the pure-Python fallback's
     monkeypatch.setenv("OOMPOST_JOBS", "1")
     alone = replay_many(s, runs, device_bytes=INF)
     monkeypatch.setenv("OOMPOST_JOBS", "3")

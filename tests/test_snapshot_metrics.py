@@ -248,3 +248,15 @@ def test_derived_facts_are_computed_once_and_released_after_the_analysis(native:
     assert sm.trace_start(native, 0) is sm.trace_start(native, 0)
     oompost.analyze([str(Path(__file__).parent.parent / "sample_logs" / "fragmentation_dynamic_padding")])
     assert sm._MEMO == {}                                      # nothing keeps a snapshot alive after analyze
+
+
+@pytest.mark.parametrize("name", ["fragmentation_dynamic_padding", "hf_trainer_zero3_offload_a100_40g"])
+def test_timeline_from_trace_starts_pass_equals_its_own(name: str) -> None:
+    """trace_start leaves its per-entry deltas for timeline (one Python walk of the
+    trace, not two); a second timeline, without them, walks the trace itself."""
+    from oompost.analysis.snapshot_metrics import memo
+
+    s = load_snapshot(Path(__file__).resolve().parents[1] / "sample_logs" / name / "snapshot_rank0_oom.pickle.gz")
+    first = timeline(s, max_points=10_000)
+    assert not any(k[0] == "alloc_deltas" for k in memo(s) if isinstance(k, tuple))
+    assert timeline(s, max_points=10_000) == first

@@ -12,7 +12,9 @@ The allocator itself is ``analysis.allocator.CachingAllocator`` (the one
 model, shared with the estimator).  This module feeds it the trace: the
 entries to replay are filtered once per snapshot (``_Prepared``), a trace that
 starts mid-run is seeded with the layout rebuilt before its first entry, and
-several settings are replayed in one pass (``replay_many``), on every core for
+several settings are replayed together (``replay_many``): each run in compiled
+code where the extension is built (``analysis.allocsim``; runs side by side on
+threads), else all in one Python pass, on every core (forked processes) for
 long traces.  Replaying the recorded settings must reproduce the trace's own
 ``segment_*`` entries; ``matches_trace`` says whether it did.
 """
@@ -27,6 +29,7 @@ from typing import Any
 
 from ..model import Segment, Snapshot
 from ..units import fmt_bytes
+from . import allocsim
 from .allocator import ADDR_ALIGN, Block, CachingAllocator, SimSegmentEvent
 from .allocator_rules import AllocatorSettings, ceil_to
 from .snapshot_metrics import (
@@ -370,13 +373,18 @@ def replay_many(snap: Snapshot, runs: Sequence[tuple[AllocatorSettings | str | M
     leads = [k for k in range(len(specs)) if k not in lead_of]
     twins = {k: tuple(specs[j][1] for j, lead in lead_of.items() if lead == k) for k in leads}
     every = [_Run(snap, prep, recorded, specs[k][0], specs[k][1], avail, device, twins[k]) for k in leads]  # type: ignore[arg-type]
-    done: list[tuple[ReplayResult, bool]] | None = None
-    jobs = _jobs(len(every), len(prep.sel))
+    compiled = allocsim.run_all(every, prep)          # the runs the compiled replay took, already done
+    rest = [r for r, c in zip(every, compiled) if not c]
+    rest_done: list[tuple[ReplayResult, bool]] | None = None
+    jobs = _jobs(len(rest), len(prep.sel))
     if jobs > 1:
-        done = _in_processes(every, prep, recorded, avail, jobs)
-    if done is None:
-        _pass(every, prep)
-        done = [(r.result(prep, recorded, avail), r.sim.diverged) for r in every]
+        rest_done = _in_processes(rest, prep, recorded, avail, jobs)
+    if rest_done is None:
+        if rest:                                      # (an empty pass would still walk every entry)
+            _pass(rest, prep)
+        rest_done = [(r.result(prep, recorded, avail), r.sim.diverged) for r in rest]
+    it = iter(rest_done)
+    done = [(r.result(prep, recorded, avail), r.sim.diverged) if c else next(it) for r, c in zip(every, compiled)]
     out: dict[int, ReplayResult] = {k: res for k, (res, _) in zip(leads, done)}
     diverged = {k for k, (_, d) in zip(leads, done) if d}
     redo = [k for k, lead in lead_of.items() if lead in diverged]
@@ -408,6 +416,16 @@ def _jobs(runs: int, entries: int) -> int:
         want = 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(runs, want if want > 0 else cores))
+
+
+def _how(runs: int, entries: int) -> str:
+    """How ``replay_many`` spread ``runs`` replays, for the timing note (short traces
+    keep the wording they always had, so small reports stay diffable)."""
+    if allocsim.available() and entries >= PARALLEL_FROM_ENTRIES:
+        threads = min(runs, allocsim.cores())
+        return "compiled" + (f", on {threads} threads" if threads > 1 else "")
+    jobs = _jobs(runs, entries)
+    return "sharing " + ("one pass" if jobs == 1 else f"{jobs} passes in {jobs} processes")
 
 
 def _in_processes(every: list["_Run"], prep: _Prepared, recorded: AllocatorSettings, avail: float,
@@ -612,9 +630,8 @@ def counterfactuals(snap: Snapshot, cap: int | None = None, device_bytes: int | 
                                   matches_trace=r0.matches_trace if baseline else None))
     elapsed = time.perf_counter() - t0
     n = len(results) + sum(_BISECT_STEPS for c in out if c.oom and "fits only if" in c.note)
-    jobs = _jobs(len(results), len(_prepared(snap, dev).sel))
     timing = (f"{n} allocator replays of {len(device_trace(snap, dev)):,} trace entries "
-              f"({len(results)} sharing " + ("one pass" if jobs == 1 else f"{jobs} passes in {jobs} processes") + ")")
+              f"({len(results)} {_how(len(results), len(_prepared(snap, dev).sel))})")
     if elapsed >= REPORT_TIME_FROM_S:   # whole seconds, and only when it matters: reports of small inputs stay diffable
         timing += f" took {elapsed:.0f} s"
     if out:

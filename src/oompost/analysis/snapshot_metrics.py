@@ -25,6 +25,7 @@ import numpy as np
 
 from ..model import NO_TIME, Block, Frame, Segment, Snapshot, Trace, TraceEvent
 from ..units import fmt_bytes
+from . import allocsim
 from .allocator_rules import (ALLOCATED, INACTIVE, KMIN_BLOCK, KSMALL_BUFFER, KSMALL_SIZE, PENDING, AllocatorSettings,
                               should_split)
 
@@ -608,6 +609,16 @@ def trace_start(snap: Snapshot, device: int, settings: AllocatorSettings | None 
     return _cached(snap, ("trace_start", device, st), lambda: _trace_start(snap, device, st))
 
 
+def _rows(sel: np.ndarray, *cols: np.ndarray, index: bool = False, chunk: int = 1 << 16):  # type: ignore[no-untyped-def]
+    """The columns at ``sel`` as tuples of Python ints (``sel``'s own index first if
+    ``index``), a chunk at a time: whole-trace lists cost ~40 bytes per entry and
+    column, hundreds of MB at the peak of a big snapshot's analysis."""
+    for lo in range(0, len(sel), chunk):
+        s = sel[lo:lo + chunk]
+        lists = [c[s].tolist() for c in cols]
+        yield from zip(s.tolist(), *lists) if index else zip(*lists)
+
+
 def _trace_start(snap: Snapshot, device: int, s: AllocatorSettings) -> TraceStart:
     trace = device_trace(snap, device)
     segs = device_segments(snap, device)
@@ -619,27 +630,46 @@ def _trace_start(snap: Snapshot, device: int, s: AllocatorSettings) -> TraceStar
     A, RQ, CP = trace.code_of("alloc"), trace.code_of("free_requested"), trace.code_of("free_completed")
     sel = np.flatnonzero(np.isin(trace.action, [c for c in (A, RQ, CP) if c >= 0]))
     rnd = s.rounder()
-    for a, addr, size in zip(trace.action[sel].tolist(), trace.addr[sel].tolist(), trace.size[sel].tolist()):
-        if a == A:
-            sz = rnd(size)
-            live[addr] = sz
-            alloc_delta += sz
-        elif a == RQ:
-            sz = live.pop(addr, None)
-            if sz is None:
-                orphan += 1
+    # the same pass gives ``timeline`` its per-entry allocated deltas (kept in the memo
+    # until it takes them): one walk of a big trace instead of two; compiled where built
+    delta: np.ndarray | None
+    fast = allocsim.alloc_deltas(trace, sel, (A, RQ, CP), s)
+    if fast is not None:
+        delta, alloc_delta, orphan, live_at_end, pending_at_end = fast
+        live = dict.fromkeys(live_at_end, 0)      # (only membership is read below)
+        pending = set(pending_at_end)
+    else:
+        delta = np.zeros(len(trace), np.int64)
+        for i, a, addr, size in _rows(sel, trace.action, trace.addr, trace.size, index=True):
+            if a == A:
                 sz = rnd(size)
-            alloc_delta -= sz
-            pending.add(addr)
-        else:
-            if addr in pending:
-                pending.discard(addr)
-                continue
-            sz = live.pop(addr, None)
-            if sz is None:
-                orphan += 1
-                sz = rnd(size)
-            alloc_delta -= sz
+                live[addr] = sz
+                alloc_delta += sz
+            elif a == RQ:
+                sz = live.pop(addr, None)
+                if sz is None:
+                    orphan += 1
+                    sz = rnd(size)
+                alloc_delta -= sz
+                pending.add(addr)
+                sz = -sz
+            else:
+                if addr in pending:
+                    pending.discard(addr)
+                    continue
+                sz = live.pop(addr, None)
+                if sz is None:
+                    orphan += 1
+                    sz = rnd(size)
+                alloc_delta -= sz
+                sz = -sz
+            if delta is not None:
+                try:
+                    delta[i] = sz
+                except OverflowError:       # a size no int64 holds: timeline makes its own pass
+                    delta = None
+    if delta is not None:
+        memo(snap)[("alloc_deltas", device, s)] = delta
     final_reserved = sum(x.total_size for x in segs)
     final_alloc = sum(b.size for x in segs for b in x.blocks if b.state == ALLOCATED)
     pre = sum(1 for x in segs for b in x.blocks if b.state != INACTIVE and b.address not in live
@@ -812,6 +842,33 @@ def _oom_metrics(snap: Snapshot, request_bytes: int | None, limit_bytes: int | N
 # ----------------------------------------------------------------- timeline
 
 
+def _alloc_deltas(trace: Trace, settings: AllocatorSettings) -> np.ndarray:
+    """Allocated bytes gained (+rounded size at alloc) or lost (−its size at
+    free_requested, or at free_completed when no request preceded it) at each entry."""
+    n = len(trace)
+    delta = np.zeros(n, np.int64)
+    AL, RQ, CP = trace.code_of("alloc"), trace.code_of("free_requested"), trace.code_of("free_completed")
+    sel = np.flatnonzero(np.isin(trace.action, [c for c in (AL, RQ, CP) if c >= 0]))
+    sizes: dict[int, int] = {}
+    pending: set[int] = set()
+    rnd = settings.rounder()
+    for i, a, addr, size in _rows(sel, trace.action, trace.addr, trace.size, index=True):
+        if a == AL:
+            sz = rnd(size)
+            sizes[addr] = sz
+            delta[i] = sz
+        elif a == RQ:
+            sz = sizes.pop(addr, None)
+            delta[i] = -(rnd(size) if sz is None else sz)
+            pending.add(addr)
+        elif addr in pending:
+            pending.discard(addr)
+        else:
+            sz = sizes.pop(addr, None)
+            delta[i] = -(rnd(size) if sz is None else sz)
+    return delta
+
+
 def timeline(snap: Snapshot, device: int = 0, max_points: int = 600) -> list[TimelinePoint]:
     """Allocated and reserved bytes after every trace entry, downsampled to at
     most ``max_points`` while keeping each bucket's peaks, the global peaks and
@@ -829,27 +886,9 @@ def timeline(snap: Snapshot, device: int = 0, max_points: int = 600) -> list[Tim
     n = len(trace)
     # allocated: +rounded size at alloc, −(its size) at free_requested, or at free_completed
     # when no request preceded it; reserved: the segment events
-    delta = np.zeros(n, np.int64)
-    AL, RQ, CP = trace.code_of("alloc"), trace.code_of("free_requested"), trace.code_of("free_completed")
-    sel = np.flatnonzero(np.isin(trace.action, [c for c in (AL, RQ, CP) if c >= 0]))
-    sizes: dict[int, int] = {}
-    pending: set[int] = set()
-    rnd = settings.rounder()
-    for i, a, addr, size in zip(sel.tolist(), trace.action[sel].tolist(), trace.addr[sel].tolist(),
-                                trace.size[sel].tolist()):
-        if a == AL:
-            sz = rnd(size)
-            sizes[addr] = sz
-            delta[i] = sz
-        elif a == RQ:
-            sz = sizes.pop(addr, None)
-            delta[i] = -(rnd(size) if sz is None else sz)
-            pending.add(addr)
-        elif addr in pending:
-            pending.discard(addr)
-        else:
-            sz = sizes.pop(addr, None)
-            delta[i] = -(rnd(size) if sz is None else sz)
+    delta = memo(snap).pop(("alloc_deltas", device, settings), None)   # left by trace_start's pass
+    if delta is None:
+        delta = _alloc_deltas(trace, settings)
     A = np.maximum(ts.allocated_at_start + np.cumsum(delta), 0)
     Rv = np.maximum(ts.reserved_at_start + np.cumsum(_segment_signs(trace) * trace.size), 0)
     keep: set[int] = {0, n - 1, int(np.argmax(A)), int(np.argmax(Rv))}
