@@ -131,13 +131,13 @@ def main() -> int:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
     print()
-    print(f"{'snapshot':28s} {'run':44s} {'wall s':>8s} {'CPU s':>7s} {'peak MiB':>9s} {'× time':>7s} {'× CPU':>6s} "
+    print(f"{'snapshot':28s} {'run':58s} {'wall s':>8s} {'CPU s':>7s} {'peak MiB':>9s} {'× time':>7s} {'× CPU':>6s} "
           f"{'× RSS':>6s}")
     ref_cpu = 1.0
     for label, name, t, m, rt, rm in rows:
         if "reference" in name:
             ref_cpu = CPU[t]
-        print(f"{label:28s} {name:44s} {t:8.1f} {CPU[t]:7.1f} {m:9.0f} {rt:7.2f} {CPU[t] / ref_cpu:6.2f} {rm:6.2f}")
+        print(f"{label:28s} {name:58s} {t:8.1f} {CPU[t]:7.1f} {m:9.0f} {rt:7.2f} {CPU[t] / ref_cpu:6.2f} {rm:6.2f}")
     print()
     for label, name, t, m, rt, rm in rows:
         if name.startswith("oompost analyze"):
