@@ -156,6 +156,7 @@ class Failure:
     site: str | None = None                   # what NCCL was allocating: buffer | stream | launch | host | nvls
     nccl_result: str | None = None            # ncclResult_t name, e.g. "ncclUnhandledCudaError"
     last_error: str | None = None             # PyTorch's "Last error:" text (NCCL's last WARN)
+    last_error_ref: SourceRef | None = None   # the line it was read from (often the line that names the cause)
     peer: str | None = None                   # "Connection closed by remote peer X": points at the dead rank's host
     config: ConfigIssue | None = None         # CONFIG_VALIDATION: the key / values the message names
 

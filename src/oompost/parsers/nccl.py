@@ -212,6 +212,7 @@ class _Rec:
     site: str | None = None
     nccl_result: str | None = None
     last_error: str | None = None
+    last_error_ref: SourceRef | None = None
     peer: str | None = None
     desc: str = ""
     interp: str = ""
@@ -253,7 +254,7 @@ class _Rec:
         if self.pidkey is None and o.pidkey is not None:
             self.pidkey = o.pidkey
         for name in ("bytes", "op_type", "seq_num", "timeout_ms", "device", "site", "nccl_result",
-                     "last_error", "peer"):
+                     "last_error", "last_error_ref", "peer"):
             if getattr(self, name) is None and getattr(o, name) is not None:
                 setattr(self, name, getattr(o, name))
         if not self.exception and o.exception:
@@ -280,7 +281,8 @@ class _Rec:
         return Failure(kind=self.kind, ref=self.ref, rank=self.rank, message=self.text(), bytes=self.bytes,
                        op_type=self.op_type, seq_num=self.seq_num, timeout_ms=self.timeout_ms,
                        exception=self.exception, stack=self.stack, host=host, pid=pid, device=self.device,
-                       site=self.site, nccl_result=self.nccl_result, last_error=self.last_error, peer=self.peer)
+                       site=self.site, nccl_result=self.nccl_result, last_error=self.last_error,
+                       last_error_ref=self.last_error_ref, peer=self.peer)
 
 
 @dataclass(eq=False)
@@ -577,21 +579,22 @@ class NcclParser:
             if ml:
                 rest = ml.group("rest").strip()
                 if rest:
-                    self._set_last_error(blk, rest)
+                    self._set_last_error(blk, rest, ln)
                 else:
                     blk.stage = "text"
                 return True
         elif blk.stage == "text" and s:
-            self._set_last_error(blk, s)
+            self._set_last_error(blk, s, ln)
             return True
         blk.left -= 1
         if blk.left <= 0:
             self._close_block(blk)
         return False
 
-    def _set_last_error(self, blk: _Block, text: str) -> None:
+    def _set_last_error(self, blk: _Block, text: str, ln: LogLine) -> None:
         rec = blk.rec
         rec.last_error = text
+        rec.last_error_ref = ref(self.path, ln)
         if text != "Unknown NCCL Error":
             kind, site = kind_from(rec.nccl_result, text)
             rec.kind = kind

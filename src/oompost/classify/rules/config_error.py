@@ -65,8 +65,10 @@ class ConfigError:
             title, sub = 'A DeepSpeed value is still "auto"', "auto"
             fixes.append(Fix("ds_config", "train_batch_size / train_micro_batch_size_per_gpu", "an integer",
                              '"auto" is filled only by the HF Trainer / Accelerate integration'))
+        # the line that names the cause ("Duplicate GPU detected ...") is evidence beside the error line
+        cited = (f.ref,) if f.last_error_ref is None or sub != "duplicate_gpu" else (f.ref, f.last_error_ref)
         return [Finding(
-            self.code, self.cause, title, confidence(signals), evidence=(f.ref,), fixes=tuple(fixes),
+            self.code, self.cause, title, confidence(signals), evidence=cited, fixes=tuple(fixes),
             not_fixes=(NotAFix("memory settings (offload, smaller batch, expandable_segments)",
                                "the run never allocated its model: nothing about memory failed"),),
             signals=tuple(signals), numbers=(("exception", f.exception or "error"), ("message", msg[:300])),
