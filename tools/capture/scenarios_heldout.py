@@ -136,8 +136,8 @@ def heldout_scenarios() -> list[Scenario]:
         Run("python", "heldout_loop.py", cfg, env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:16"},
             gpu_gib=20.2, host_gib=8, capture=False, timeout=150),
         counterfactuals=[("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 (same cap)",
-                          Run("python", "heldout_loop.py", cfg, env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"},
-                              gpu_gib=20.2, host_gib=8, capture=False, timeout=150))],
+                          Run("python", "heldout_loop.py", cfg,
+                              env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}, gpu_gib=20.2, host_gib=8, capture=False, timeout=150))],
         priority=6))
 
     # ---------------------------------------------------------------- activation_spike/kv_cache, 24 GiB, accelerate
