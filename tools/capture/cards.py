@@ -20,6 +20,12 @@ CARDS = {
     "a100-40g": 39.39,
     "a100-80g": 79.15,
     "h100-80g": 79.10,
+    # held-out captures (tests/heldout_captures)
+    "rtx3060-12g": 11.76,
+    "rtx4070": 11.72,
+    "rtx4000ada": 19.67,
+    "l4": 22.03,
+    "a6000": 47.54,
 }
 
 

@@ -2,6 +2,7 @@
 """Copy what run.py brought back into the repository.
 
     python tools/capture/collect.py EXTRACTED_DIR [--only a,b] [--matrix docs/estimator/measurements.json]
+    python tools/capture/collect.py EXTRACTED_DIR --dest tests/heldout_captures     (the held-out captures)
 
 For each job directory: run.log (and kernel.log), ds_config.json, capture.json
 and expected.json are copied as they are; snapshot pickles are gzipped.
@@ -20,7 +21,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 KEEP = ("run.log", "kernel.log", "ds_config.json", "capture.json", "expected.json")
 
 
-def collect_jobs(src: str, only: set[str] | None) -> list[str]:
+def collect_jobs(src: str, only: set[str] | None, dest: str = "sample_logs") -> list[str]:
     jobs = os.path.join(src, "jobs")
     done = []
     for name in sorted(os.listdir(jobs)):
@@ -29,7 +30,7 @@ def collect_jobs(src: str, only: set[str] | None) -> list[str]:
         s = os.path.join(jobs, name)
         if not os.path.exists(os.path.join(s, "expected.json")):
             continue
-        d = os.path.join(REPO, "sample_logs", name)
+        d = os.path.join(REPO, dest, name)
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
         for f in sorted(os.listdir(s)):
@@ -55,9 +56,10 @@ def main() -> int:
     ap.add_argument("src")
     ap.add_argument("--only", default="")
     ap.add_argument("--matrix", default=None)
+    ap.add_argument("--dest", default="sample_logs", help="folder (relative to the repository) to copy jobs into")
     a = ap.parse_args()
     only = {x for x in a.only.split(",") if x} or None
-    print("collected:", ", ".join(collect_jobs(a.src, only)))
+    print("collected:", ", ".join(collect_jobs(a.src, only, a.dest)))
     if a.matrix:
         collect_matrix(a.src, os.path.join(REPO, a.matrix))
     return 0

@@ -43,6 +43,18 @@ PRESETS: dict[str, dict] = {
                     decoder_start_token_id=0, pad_token_id=0, eos_token_id=1),
     "vit-base": dict(model_type="vit", hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                      intermediate_size=3072, image_size=224, patch_size=16, num_labels=1000),
+    # --- held-out captures (tests/heldout_captures): published configs, random weights
+    "bert-large": dict(model_type="bert", hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                       intermediate_size=4096, vocab_size=30522, max_position_embeddings=512,
+                       type_vocab_size=2),
+    "opt-1.3b": dict(model_type="opt", hidden_size=2048, ffn_dim=8192, num_hidden_layers=24,
+                     num_attention_heads=32, vocab_size=50272, max_position_embeddings=2048,
+                     word_embed_proj_dim=2048, do_layer_norm_before=True, pad_token_id=1, bos_token_id=2,
+                     eos_token_id=2),
+    "phi3-mini": dict(model_type="phi3", hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=32, vocab_size=32064,
+                      max_position_embeddings=4096, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                      rope_theta=10000.0, pad_token_id=32000, bos_token_id=1, eos_token_id=32000),
 }
 
 

@@ -3,6 +3,7 @@
 
     python tools/capture/run.py --out $OUT --deadline 540 [--only NAME,...] [--matrix] [--scenarios]
     python tools/capture/run.py --reruns reruns.json --out $OUT     (validate rerun plans)
+    python tools/capture/run.py --heldout --scenarios --out $OUT     (tests/heldout_captures: scenarios_heldout.py)
 
 Jobs run in parallel on the one GPU within a memory budget (each job declares
 the cap it runs under); jobs that must fill the card run alone at the end.
@@ -358,6 +359,8 @@ def main() -> int:
     ap.add_argument("--matrix", action="store_true")
     ap.add_argument("--skip-exclusive", action="store_true", help="leave out scenarios that fill the card")
     ap.add_argument("--reruns", default=None)
+    ap.add_argument("--heldout", action="store_true",
+                    help="run the held-out scenarios (scenarios_heldout.py, tests/heldout_captures) instead")
     args = ap.parse_args()
     t_start = time.time()
     deadline = t_start + args.deadline
@@ -371,7 +374,12 @@ def main() -> int:
     only = {x for x in args.only.split(",") if x} or None
     threads = []
     if args.scenarios:
-        todo = sorted((s for s in scenarios() if not only or s.name in only), key=lambda s: s.priority)
+        if args.heldout:
+            from scenarios_heldout import heldout_scenarios
+            pool = heldout_scenarios()
+        else:
+            pool = scenarios()
+        todo = sorted((s for s in pool if not only or s.name in only), key=lambda s: s.priority)
         shared = [s for s in todo if not s.run.exclusive]
         alone = [] if args.skip_exclusive else [s for s in todo if s.run.exclusive]
         for sc in alone:                      # these fill the card: run them alone, first

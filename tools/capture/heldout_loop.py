@@ -1,0 +1,242 @@
+#!/usr/bin/env python
+"""Plain PyTorch training loops for the held-out captures (tests/heldout_captures):
+the kind of loop found in notebooks and small repos, printing
+``torch.cuda.memory_allocated()`` every step the way people do.
+
+    python heldout_loop.py --model bert-large --batch_size 24 --seq_len 128 --long_doc_step 8
+    python heldout_loop.py --model unet --batch_size 16 --image_size 256 --keep_features gpu
+    python heldout_loop.py --model opt-1.3b --init_device cpu --steps 10
+
+Models: ``bert-large`` (BertForMaskedLM, MLM with dynamic padding), ``opt-1.3b``
+(OPTForCausalLM), ``unet`` (a small diffusion-style denoising UNet written here,
+conv + GroupNorm + SiLU with skip connections).  Options that only stage a
+scenario say "scenario:" in their help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
+
+GiB = 1024**3
+
+
+def build_unet(base: int = 64, mults=(1, 2, 4, 8)):
+    import torch
+    from torch import nn
+
+    class ResBlock(nn.Module):
+        def __init__(self, cin, cout, temb):
+            super().__init__()
+            self.n1 = nn.GroupNorm(32, cin)
+            self.c1 = nn.Conv2d(cin, cout, 3, padding=1)
+            self.t = nn.Linear(temb, cout)
+            self.n2 = nn.GroupNorm(32, cout)
+            self.c2 = nn.Conv2d(cout, cout, 3, padding=1)
+            self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+
+        def forward(self, x, t):
+            h = self.c1(nn.functional.silu(self.n1(x)))
+            h = h + self.t(t)[:, :, None, None]
+            h = self.c2(nn.functional.silu(self.n2(h)))
+            return h + self.skip(x)
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            temb = base * 4
+            self.temb = nn.Sequential(nn.Linear(base, temb), nn.SiLU(), nn.Linear(temb, temb))
+            self.inp = nn.Conv2d(3, base, 3, padding=1)
+            chans = [base * m for m in mults]
+            self.down = nn.ModuleList()
+            self.pool = nn.ModuleList()
+            c = base
+            for i, ch in enumerate(chans):
+                self.down.append(nn.ModuleList([ResBlock(c, ch, temb), ResBlock(ch, ch, temb)]))
+                c = ch
+                self.pool.append(nn.Conv2d(ch, ch, 3, stride=2, padding=1) if i < len(chans) - 1 else nn.Identity())
+            self.mid = nn.ModuleList([ResBlock(c, c, temb), ResBlock(c, c, temb)])
+            self.up = nn.ModuleList()
+            self.upconv = nn.ModuleList()
+            for i, ch in reversed(list(enumerate(chans))):
+                self.up.append(nn.ModuleList([ResBlock(c + ch, ch, temb), ResBlock(ch, ch, temb)]))
+                c = ch
+                self.upconv.append(nn.Conv2d(ch, ch, 3, padding=1) if i > 0 else nn.Identity())
+            self.out = nn.Sequential(nn.GroupNorm(32, base), nn.SiLU(), nn.Conv2d(base, 3, 3, padding=1))
+
+        def forward(self, x, tsteps):
+            half = self.temb[0].in_features // 2
+            freqs = torch.exp(-torch.arange(half, device=x.device) * (9.21 / half))
+            e = tsteps[:, None].float() * freqs[None]
+            t = self.temb(torch.cat([e.sin(), e.cos()], 1))
+            h = self.inp(x)
+            skips = []
+            for blocks, pool in zip(self.down, self.pool):
+                for b in blocks:
+                    h = b(h, t)
+                skips.append(h)
+                h = pool(h)
+            for b in self.mid:
+                h = b(h, t)
+            for blocks, upc in zip(self.up, self.upconv):
+                s = skips.pop()
+                if h.shape[-1] != s.shape[-1]:
+                    h = nn.functional.interpolate(h, size=s.shape[-2:], mode="nearest")
+                h = torch.cat([h, s], 1)
+                for b in blocks:
+                    h = b(h, t)
+                h = upc(h)
+            return self.out(h)
+
+    return UNet()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description="plain PyTorch loops (BERT MLM, OPT causal LM, UNet denoiser)")
+    p.add_argument("--model", default="bert-large")
+    p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--seed", type=int, default=1234)
+    # text models
+    p.add_argument("--seq_len", type=int, default=128, help="longest document in an ordinary batch")
+    p.add_argument("--min_seq_len", type=int, default=None,
+                   help="dynamic padding: documents are min_seq_len..seq_len tokens, each batch padded to its longest")
+    p.add_argument("--long_doc_step", type=int, default=None,
+                   help="scenario: at this step one document of --long_doc_len tokens pads the batch")
+    p.add_argument("--long_doc_len", type=int, default=512)
+    p.add_argument("--truncate", type=int, default=None, help="truncate documents to this many tokens")
+    p.add_argument("--gradient_checkpointing", action="store_true")
+    p.add_argument("--init_device", default="cpu", choices=["cpu", "cuda"],
+                   help="where the model is built (cpu: from_config in fp32 on the host, then .to('cuda'))")
+    # unet
+    p.add_argument("--image_size", type=int, default=256)
+    p.add_argument("--image_sizes", default=None,
+                   help="multi-resolution training: comma-separated sizes, one drawn per step")
+    p.add_argument("--keep_features", default="none", choices=["none", "gpu", "cpu"],
+                   help="a forward hook keeps the decoder's last feature map for a sample grid: "
+                        "gpu (as it is) or cpu (.detach().cpu())")
+    # scenario plumbing
+    p.add_argument("--emulate_card", default=None, help="scenario: cap memory like this card (cards.py)")
+    p.add_argument("--memory_limit_gib", type=float, default=None, help="scenario: cap memory at this many GiB")
+    p.add_argument("--oompost_capture", default=None, help="dir: dump a memory snapshot at the OOM")
+    p.add_argument("--max_entries", type=int, default=15000)
+    p.add_argument("--report", default=None, help="write measured peaks to this JSON file")
+    p.add_argument("--device", default="cuda", help="cpu: a local smoke test of the code paths (no cap)")
+    args = p.parse_args()
+
+    import torch
+
+    from cards import apply_limit
+
+    if args.oompost_capture:
+        import oompost.record
+
+        oompost.record.enable(args.oompost_capture, max_entries=args.max_entries)
+    device = args.device
+    allowed = apply_limit(args.emulate_card, args.memory_limit_gib, print) if device == "cuda" else None
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    mem = (lambda: torch.cuda.memory_allocated()) if device == "cuda" else (lambda: 0)
+    rmem = (lambda: torch.cuda.memory_reserved()) if device == "cuda" else (lambda: 0)
+
+    kind = "unet" if args.model == "unet" else "text"
+    vocab = None
+    if kind == "unet":
+        model = build_unet().to(device)
+    else:
+        from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+        from models import hf_config
+
+        cfg = hf_config(args.model)
+        vocab = cfg.vocab_size
+        auto = AutoModelForMaskedLM if cfg.model_type == "bert" else AutoModelForCausalLM
+        t_build = time.time()
+        if args.init_device == "cuda":
+            with torch.device(device):
+                model = auto.from_config(cfg)
+        else:
+            model = auto.from_config(cfg)
+        print(f"built {type(model).__name__} on {args.init_device} in {time.time() - t_build:.1f}s", flush=True)
+        model = model.to(device, dtype=torch.bfloat16) if cfg.model_type == "opt" else model.to(device)
+        if args.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    nparams = sum(q.numel() for q in model.parameters())
+    print(f"{args.model}: {nparams / 1e6:.1f}M params, batch_size={args.batch_size}", flush=True)
+
+    kept: list = []
+    if args.keep_features != "none":
+        def hook(mod, inp, out):
+            kept.append(out if args.keep_features == "gpu" else out.detach().cpu())
+        model.up[-1][-1].register_forward_hook(hook)
+
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    t0 = time.time()
+    step = 0
+    for step in range(1, args.steps + 1):
+        g = torch.Generator().manual_seed(args.seed * 1000 + step)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            if kind == "unet":
+                size = rng.choice([int(x) for x in args.image_sizes.split(",")]) if args.image_sizes \
+                    else args.image_size
+                x0 = torch.randn(args.batch_size, 3, size, size, generator=g).to(device)
+                noise = torch.randn_like(x0)
+                ts = torch.randint(0, 1000, (args.batch_size,), generator=g).to(device)
+                a = (1 - ts.float() / 1000)[:, None, None, None]
+                pred = model(a.sqrt() * x0 + (1 - a).sqrt() * noise, ts)
+                loss = torch.nn.functional.mse_loss(pred.float(), noise)
+                shape = f"{size}x{size}"
+            else:
+                lo = args.min_seq_len or args.seq_len
+                lens = [rng.randint(lo, args.seq_len) for _ in range(args.batch_size)]
+                if args.long_doc_step and step == args.long_doc_step:
+                    lens[0] = args.long_doc_len
+                if args.truncate:
+                    lens = [min(n, args.truncate) for n in lens]
+                s = max(lens)
+                ids = torch.randint(5, vocab, (args.batch_size, s), generator=g)
+                mask = torch.zeros(args.batch_size, s, dtype=torch.long)
+                for i, n in enumerate(lens):
+                    mask[i, :n] = 1
+                ids, mask = ids.to(device), mask.to(device)
+                if cfg.model_type == "bert":
+                    labels = ids.clone()
+                    pick = torch.rand(ids.shape, generator=g).to(device) < 0.15
+                    labels[~pick | (mask == 0)] = -100
+                    ids = torch.where(pick, torch.full_like(ids, 103), ids)
+                else:
+                    labels = ids.masked_fill(mask == 0, -100)
+                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+                shape = f"{args.batch_size}x{s}"
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        print(f"step {step} | loss {loss.item():.4f} | batch {shape} | "
+              f"memory_allocated: {mem() / GiB:.2f} GB | "
+              f"memory_reserved: {rmem() / GiB:.2f} GB", flush=True)
+    if device != "cuda":
+        return 0
+    print(f"done: {step} steps in {time.time() - t0:.0f}s, "
+          f"max_memory_allocated: {torch.cuda.max_memory_allocated() / GiB:.2f} GB, "
+          f"max_memory_reserved: {torch.cuda.max_memory_reserved() / GiB:.2f} GB", flush=True)
+    if args.report:
+        with open(args.report, "w") as f:
+            json.dump({"args": vars(args), "allowed_bytes": allowed,
+                       "max_reserved": torch.cuda.max_memory_reserved(),
+                       "max_allocated": torch.cuda.max_memory_allocated(),
+                       "steps_completed": step, "seconds": time.time() - t0}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
