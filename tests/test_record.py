@@ -296,3 +296,36 @@ def test_the_step_hook_is_the_real_torch_api() -> None:
     finally:
         h.remove()
     assert seen == ["AdamW"]
+
+
+def test_an_allocator_config_the_allocator_rejects_fails_as_without_the_recorder(
+        tmp_path: Path, torch_fake: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen on the GPU machine (tests/heldout_captures/config_error_max_split_size_mb_too_small_20g,
+    capture.json "first_attempt"): the allocator rejects PYTORCH_CUDA_ALLOC_CONF while it initialises
+    inside _record_memory_history; carrying on ended in SIGSEGV.  The job's own first allocation
+    raises the same error, so the recorder lets it through instead of a crash without a traceback."""
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:16")
+
+    def reject(*a: object, **kw: object) -> None:
+        raise ValueError("CachingAllocator option max_split_size_mb too small, must be >= 20")
+
+    torch_fake.cuda.memory._record_memory_history = reject
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="max_split_size_mb too small"):
+            oompost.record(dir=str(tmp_path))
+    assert any("max_split_size_mb:16" in str(x.message) for x in w)
+
+
+def test_a_torch_that_cannot_record_history_still_records_steps(tmp_path: Path,
+                                                                torch_fake: types.SimpleNamespace) -> None:
+    def unsupported(*a: object, **kw: object) -> None:
+        raise RuntimeError("record_context_cpp is not supported on this platform")
+
+    torch_fake.cuda.memory._record_memory_history = unsupported
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        oompost.record(dir=str(tmp_path))               # a warning, never a crash of the job
+        _optimizer_step(torch_fake)
+    assert any("allocator history unavailable" in str(x.message) for x in w)
+    assert (tmp_path / "steps_rank3.jsonl").exists()

@@ -86,6 +86,14 @@ def _world_size() -> int:
     return 1 if w is None else w
 
 
+def _is_alloc_conf_error(e: BaseException) -> bool:
+    """The allocator refused its settings (``CachingAllocator option max_split_size_mb too small``,
+    ``Unrecognized CachingAllocator option``, ``Expected ... in PYTORCH_CUDA_ALLOC_CONF``)."""
+    text = str(e)
+    return isinstance(e, (ValueError, RuntimeError)) and (
+        "CachingAllocator option" in text or "PYTORCH_CUDA_ALLOC_CONF" in text or "allocator config" in text.lower())
+
+
 def alloc_conf() -> str:
     return os.environ.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF", ""))
 
@@ -169,6 +177,13 @@ class Recorder:
                                                         context=self.context)
                 self.history = True
             except Exception as e:  # an allocator or torch version that cannot record
+                if _is_alloc_conf_error(e):
+                    # PYTORCH_CUDA_ALLOC_CONF was rejected while the allocator initialised: the job's first
+                    # CUDA allocation fails with this very error anyway, and carrying on past a half-made
+                    # allocator ends in a segmentation fault (seen on torch 2.11, H200).  Fail as the job
+                    # would without us, with the error that says what to fix.
+                    _warn(f"PYTORCH_CUDA_ALLOC_CONF={alloc_conf()!r} was rejected by the allocator: {e}")
+                    raise
                 _warn(f"allocator history unavailable ({type(e).__name__}: {e}); recording steps and metadata only")
         if self.history:
             _attach_observer(torch)                 # (cudaMallocAsync has no OOM observer either)
