@@ -25,7 +25,7 @@ SKIP = ("out of memory", "OutOfMemoryError", "DistBackendError", "NCCL", "ChildF
 CONFIG_TEXTS = ("Check batch related parameters", "train_batch_size is not equal to",
                 "Either train_batch_size or train_micro_batch_size_per_gpu",
                 "bfloat16 and fp16 modes cannot be simultaneously enabled", "Partial offloading only supported",
-                "in CUDA allocator config", "You are using ZeRO-Offload with a client provided optimizer",
+                "in CUDA allocator config", "CachingAllocator option", "You are using ZeRO-Offload with a client provided optimizer",
                 "deprecated version of ZeRO Stage 1", "Cannot provide deprecated parameter",
                 "Duplicate GPU detected", "zero_force_ds_cpu_optimizer", "invalid device ordinal",
                 "is not compatible with", "No CUDA GPUs are available", "compiled without GPU support",

@@ -5,7 +5,8 @@ is created: an unknown key inside ``zero_optimization``, a non-integral size
 (HF's old ``0.9·hidden²`` for ``stage3_prefetch_bucket_size``), a leftover
 ``"auto"``, or ``train_batch_size ≠ micro × accumulation × world size`` raise
 before any memory is used.  Two ranks on one GPU (``Duplicate GPU detected``)
-and an unknown ``PYTORCH_CUDA_ALLOC_CONF`` key stop a run the same way.
+and an unknown ``PYTORCH_CUDA_ALLOC_CONF`` key (or a value under the allocator's minimum,
+``max_split_size_mb:16``) stop a run the same way.
 
 **Fix**  Correct the named key; ``oompost check ds_config.json --world-size N``
 finds these before a job is queued.  No memory setting is involved.
@@ -13,9 +14,15 @@ finds these before a job is queued.  No memory setting is involved.
 
 from __future__ import annotations
 
+import re
+
 from ...analysis.context import Context
 from ...model import ConfigIssue, FailureKind
 from ..base import Cause, Finding, Fix, NotAFix, confidence
+
+
+# torch's allocator start-up check: "CachingAllocator option max_split_size_mb too small, must be >= 20"
+_ALLOC_MINIMUM = re.compile(r"CachingAllocator option (?P<key>\w+) too small, must be >= (?P<min>\d+)")
 
 
 class ConfigError:
@@ -56,7 +63,13 @@ class ConfigError:
             title, sub = f"DeepSpeed rejected {c.key}", "validation"
             fixes.append(Fix("ds_config", c.key, _fixed_value(c), _why(c, msg)))
             signals.append(("DeepSpeed's pydantic validation names the key", 0.15))
-        elif "allocator config" in msg:
+        elif (low := _ALLOC_MINIMUM.search(msg)) is not None:
+            key, least = low.group("key"), int(low.group("min"))
+            title, sub = f"PYTORCH_CUDA_ALLOC_CONF sets {key} below the allocator's minimum ({least})", "alloc_conf"
+            fixes.append(Fix("env", "PYTORCH_CUDA_ALLOC_CONF", f"{key}:{max(128, least)}",
+                             f"the allocator refuses {key} < {least} when it starts; or drop {key} and use "
+                             "expandable_segments:True against fragmentation"))
+        elif "allocator config" in msg or "CachingAllocator option" in msg:
             title, sub = "PYTORCH_CUDA_ALLOC_CONF holds a key this torch does not know", "alloc_conf"
             fixes.append(Fix("env", "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
                              "valid keys: expandable_segments, max_split_size_mb, garbage_collection_threshold, "
