@@ -44,9 +44,20 @@ def test_a_quoted_excerpt_reads_like_the_original():
     assert verdict(quoted).cause == verdict(BARE_OOM).cause
 
 
-@pytest.mark.parametrize("text,cause", [(BATCH_ASSERT, "config_error"), (KILLED, "host_oom")])
+# torch 2.11's allocator refusing PYTORCH_CUDA_ALLOC_CONF at CUDA start-up (sample_logs/config_error_max_split_...)
+ALLOC_MINIMUM = "ValueError: CachingAllocator option max_split_size_mb too small, must be >= 20\n"
+
+
+@pytest.mark.parametrize("text,cause", [(BATCH_ASSERT, "config_error"), (KILLED, "host_oom"),
+                                        (ALLOC_MINIMUM, "config_error")])
 def test_one_line_failures_are_not_unknown(text, cause):
     assert verdict(text).cause == cause
+
+
+def test_an_allocator_minimum_gets_a_value_above_it():
+    r = verdict(ALLOC_MINIMUM)
+    fix = r.primary.fixes[0]
+    assert (fix.kind, fix.key, fix.value) == ("env", "PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")
 
 
 def test_no_failure_is_unknown():
