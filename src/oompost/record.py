@@ -44,11 +44,12 @@ import json
 import os
 import socket
 import sys
-import tempfile
 import time
 import types
 import warnings
 from typing import Any
+
+from .atomic import write_atomic
 
 __all__ = ["Recorder", "enable", "disable", "dump", "main", "active"]
 
@@ -96,21 +97,6 @@ def _is_alloc_conf_error(e: BaseException) -> bool:
 
 def alloc_conf() -> str:
     return os.environ.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF", ""))
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    d = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _numbers(d: dict[Any, Any]) -> dict[str, int | float]:
@@ -259,7 +245,7 @@ class Recorder:
             meta.update(extra)
         snap["oompost_meta"] = meta
         # builtins only (readable by memory_viz and by oompost's restricted unpickler)
-        _atomic_write(path, pickle.dumps(snap, protocol=4))
+        write_atomic(path, pickle.dumps(snap, protocol=4))
         self.dumped.append(path)
         return path
 
@@ -370,10 +356,10 @@ class Recorder:
                "torch": meta["torch"], "world_size": meta["world_size"], **meta}
         if "deepspeed" in meta:
             doc["deepspeed"] = meta["deepspeed"]
-        _atomic_write(os.path.join(self.dir, f"meta_rank{self.rank}.json"),
+        write_atomic(os.path.join(self.dir, f"meta_rank{self.rank}.json"),
                       json.dumps(doc, indent=1, default=str).encode())
         if self._ds_config:
-            _atomic_write(os.path.join(self.dir, "ds_config.json"),
+            write_atomic(os.path.join(self.dir, "ds_config.json"),
                           json.dumps(self._ds_config, indent=1, default=str).encode())
 
     def _on_oom(self, device: int, alloc_size: int, limit: int, device_free: int) -> None:

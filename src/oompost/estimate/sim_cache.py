@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from ..atomic import write_atomic
 
 _DIR: str | None = None
 _CODE: str | None = None
@@ -95,16 +96,6 @@ def store(name: str, data: dict[str, Any]) -> None:
     d = os.path.join(_DIR, name[:2])
     try:
         os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(orjson.dumps(data))
-            os.replace(tmp, os.path.join(d, name + ".json"))
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_atomic(os.path.join(d, name + ".json"), orjson.dumps(data))
     except OSError:
         pass

@@ -7,7 +7,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
+
+from ..atomic import write_atomic  # noqa: F401  (the scan's writes; re-exported)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -32,16 +33,3 @@ def inside(output: str, name: str) -> str:
     return path
 
 
-def write_atomic(path: str, data: str | bytes) -> None:
-    d = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
