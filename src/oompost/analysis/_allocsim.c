@@ -57,8 +57,10 @@ typedef struct { UEnt *a; Py_ssize_t n, cap; } UPool;
 typedef struct { int64_t addr, size, offset, index; int8_t action; } Event;
 
 /* the replay's live map: trace address -> (block, generation); linear probing */
-typedef struct { int64_t key; int32_t blk; uint32_t gen; uint8_t used; } LSlot;
-typedef struct { LSlot *s; Py_ssize_t cap, n; } Live;
+/* int64 -> int64 open-addressing map (linear probing, backward-shift deletion): the replay's live
+ * addresses (value: block index and generation, packed) and alloc_deltas' live / pending sizes */
+typedef struct { int64_t key, val; uint8_t used; } ISlot;
+typedef struct { ISlot *s; Py_ssize_t cap, n; } IMap;
 
 typedef struct {
     /* settings */
@@ -656,22 +658,7 @@ static uint64_t lhash(int64_t k) {
     return x ^ (x >> 31);
 }
 
-static int live_grow(Live *m) {
-    Py_ssize_t nc = m->cap ? m->cap * 2 : 1024;
-    LSlot *ns = PyMem_RawCalloc((size_t)nc, sizeof(LSlot));
-    if (!ns) return -1;
-    for (Py_ssize_t i = 0; i < m->cap; i++) {
-        if (!m->s[i].used) continue;
-        size_t j = lhash(m->s[i].key) & (size_t)(nc - 1);
-        while (ns[j].used) j = (j + 1) & (size_t)(nc - 1);
-        ns[j] = m->s[i];
-    }
-    PyMem_RawFree(m->s);
-    m->s = ns; m->cap = nc;
-    return 0;
-}
-
-static Py_ssize_t live_find(Live *m, int64_t key) {
+static Py_ssize_t imap_find(IMap *m, int64_t key) {
     if (!m->cap) return -1;
     size_t mask = (size_t)(m->cap - 1);
     for (size_t j = lhash(key) & mask;; j = (j + 1) & mask) {
@@ -680,17 +667,29 @@ static Py_ssize_t live_find(Live *m, int64_t key) {
     }
 }
 
-static int live_put(Live *m, int64_t key, int32_t blk, uint32_t gen) {
-    if ((m->n + 1) * 2 > m->cap && live_grow(m)) return -1;
+static int imap_put(IMap *m, int64_t key, int64_t val) {
+    if ((m->n + 1) * 2 > m->cap) {
+        Py_ssize_t nc = m->cap ? m->cap * 2 : 1024;
+        ISlot *ns = PyMem_RawCalloc((size_t)nc, sizeof(ISlot));
+        if (!ns) return -1;
+        for (Py_ssize_t i = 0; i < m->cap; i++) {
+            if (!m->s[i].used) continue;
+            size_t j = lhash(m->s[i].key) & (size_t)(nc - 1);
+            while (ns[j].used) j = (j + 1) & (size_t)(nc - 1);
+            ns[j] = m->s[i];
+        }
+        PyMem_RawFree(m->s);
+        m->s = ns; m->cap = nc;
+    }
     size_t mask = (size_t)(m->cap - 1);
     size_t j = lhash(key) & mask;
     while (m->s[j].used && m->s[j].key != key) j = (j + 1) & mask;
     if (!m->s[j].used) m->n++;
-    m->s[j] = (LSlot){key, blk, gen, 1};
+    m->s[j] = (ISlot){key, val, 1};
     return 0;
 }
 
-static void live_del(Live *m, Py_ssize_t j) {           /* backward-shift deletion */
+static void imap_del(IMap *m, Py_ssize_t j) {           /* backward-shift deletion */
     size_t mask = (size_t)(m->cap - 1), i = (size_t)j;
     m->s[i].used = 0; m->n--;
     for (size_t k = (i + 1) & mask; m->s[k].used; k = (k + 1) & mask) {
@@ -702,8 +701,17 @@ static void live_del(Live *m, Py_ssize_t j) {           /* backward-shift deleti
     }
 }
 
+/* a live address's value: its block index (low 32 bits) and that block's generation (high 32) */
+static int live_put(IMap *m, int64_t key, int32_t blk, uint32_t gen) {
+    return imap_put(m, key, (int64_t)(((uint64_t)gen << 32) | (uint32_t)blk));
+}
+
 /* the block a live slot refers to: its index, or -2 when the slot's block is dead (stale) */
-static int32_t live_block(Sim *s, LSlot *e) { return s->b[e->blk].gen == e->gen ? e->blk : -2; }
+static int32_t live_block(Sim *s, ISlot *e) {
+    int32_t blk = (int32_t)(uint32_t)((uint64_t)e->val & 0xFFFFFFFFu);
+    uint32_t gen = (uint32_t)((uint64_t)e->val >> 32);
+    return s->b[blk].gen == gen ? blk : -2;
+}
 
 /* ---------------------------------------------------------------- buffers */
 
@@ -764,7 +772,7 @@ static const int64_t *i64s(PyObject *o, Py_ssize_t *n) {
  * layout: blocks, expandable segments, the pools in their (sorted) order, the
  * pending frees in insertion order, the live map, the counters.  Everything is
  * range-checked; 0 ok, 1 decline, -1 error. */
-static int load_state(Sim *s, Live *live, PyObject *st) {
+static int load_state(Sim *s, IMap *live, PyObject *st) {
     if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 9) { PyErr_SetString(PyExc_ValueError, "state: 9 items"); return -1; }
     Py_ssize_t nf, ns;
     const int64_t *f = i64s(PyTuple_GET_ITEM(st, 0), &nf);
@@ -865,7 +873,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     Sim s;
     memset(&s, 0, sizeof s);
     s.phead = s.ptail = -1;
-    Live live = {0};
+    IMap live = {0};
     Py_buffer vsel = {0}, vkind = {0}, vaddr = {0}, vsize = {0}, vstream = {0};
     int nbuf = 0, declined = 0;
     PyObject *result = NULL;
@@ -943,10 +951,10 @@ static PyObject *run(PyObject *self, PyObject *args) {
         s.index = i;
         replayed++;
         if (k == 0) {                                            /* alloc */
-            Py_ssize_t e = live_find(&live, addr);
+            Py_ssize_t e = imap_find(&live, addr);
             if (e >= 0) {                                        /* its free was not recorded: free it now */
                 int32_t prev = live_block(&s, &live.s[e]);
-                live_del(&live, e);
+                imap_del(&live, e);
                 complete_free(&s, prev);
                 if (s.err) break;
             }
@@ -959,19 +967,19 @@ static PyObject *run(PyObject *self, PyObject *args) {
             }
             if (live_put(&live, addr, b, s.b[b].gen)) { s.err = 2; break; }
         } else if (k == 1) {                                     /* free_requested */
-            Py_ssize_t e = live_find(&live, addr);
+            Py_ssize_t e = imap_find(&live, addr);
             if (e < 0) { orphans++; continue; }
             int32_t b = live_block(&s, &live.s[e]);
             if (b >= 0 && s.b[b].allocated) request_free(&s, b);
             if (!has_completed) {
-                live_del(&live, e);
+                imap_del(&live, e);
                 complete_free(&s, b);
             }
         } else if (k == 2) {                                     /* free_completed */
-            Py_ssize_t e = live_find(&live, addr);
+            Py_ssize_t e = imap_find(&live, addr);
             if (e < 0) { orphans++; continue; }
             int32_t b = live_block(&s, &live.s[e]);
-            live_del(&live, e);
+            imap_del(&live, e);
             complete_free(&s, b);
         } else {                                                 /* oom: the recorded failed request */
             int32_t b = sim_malloc(&s, size, stream);
@@ -1020,51 +1028,7 @@ done:
 
 /* ---------------------------------------------------------------- allocated deltas */
 
-/* int64 -> int64 map for alloc_deltas (same probing and deletion as Live) */
-typedef struct { int64_t key, val; uint8_t used; } ISlot;
-typedef struct { ISlot *s; Py_ssize_t cap, n; } IMap;
-
-static Py_ssize_t imap_find(IMap *m, int64_t key) {
-    if (!m->cap) return -1;
-    size_t mask = (size_t)(m->cap - 1);
-    for (size_t j = lhash(key) & mask;; j = (j + 1) & mask) {
-        if (!m->s[j].used) return -1;
-        if (m->s[j].key == key) return (Py_ssize_t)j;
-    }
-}
-
-static int imap_put(IMap *m, int64_t key, int64_t val) {
-    if ((m->n + 1) * 2 > m->cap) {
-        Py_ssize_t nc = m->cap ? m->cap * 2 : 1024;
-        ISlot *ns = PyMem_RawCalloc((size_t)nc, sizeof(ISlot));
-        if (!ns) return -1;
-        for (Py_ssize_t i = 0; i < m->cap; i++) {
-            if (!m->s[i].used) continue;
-            size_t j = lhash(m->s[i].key) & (size_t)(nc - 1);
-            while (ns[j].used) j = (j + 1) & (size_t)(nc - 1);
-            ns[j] = m->s[i];
-        }
-        PyMem_RawFree(m->s);
-        m->s = ns; m->cap = nc;
-    }
-    size_t mask = (size_t)(m->cap - 1);
-    size_t j = lhash(key) & mask;
-    while (m->s[j].used && m->s[j].key != key) j = (j + 1) & mask;
-    if (!m->s[j].used) m->n++;
-    m->s[j] = (ISlot){key, val, 1};
-    return 0;
-}
-
-static void imap_del(IMap *m, Py_ssize_t j) {
-    size_t mask = (size_t)(m->cap - 1), i = (size_t)j;
-    m->s[i].used = 0; m->n--;
-    for (size_t k = (i + 1) & mask; m->s[k].used; k = (k + 1) & mask) {
-        size_t h = lhash(m->s[k].key) & mask;
-        if ((k > i && (h <= i || h > k)) || (k < i && (h <= i && h > k))) {
-            m->s[i] = m->s[k]; m->s[k].used = 0; i = k;
-        }
-    }
-}
+/* alloc_deltas keeps its live and pending sizes in the IMap above */
 
 static PyObject *imap_keys(IMap *m) {
     PyObject *b = PyBytes_FromStringAndSize(NULL, m->n * 8);
