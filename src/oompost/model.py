@@ -134,6 +134,7 @@ class ConfigIssue:
     error_type: str | None = None             # pydantic error type: "int_from_float", "extra_forbidden", ...
     input_value: str | None = None            # pydantic "input_value=", as printed
     batch: tuple[int, int, int, float] | None = None  # batch assertion: train, micro, accumulation, world size
+    minimum: int | None = None                # the least value the checker accepts (allocator settings)
 
 
 @dataclass(frozen=True, slots=True)

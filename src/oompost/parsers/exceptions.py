@@ -34,6 +34,9 @@ CONFIG_TEXTS = ("Check batch related parameters", "train_batch_size is not equal
 CONFIG_EXC = ("DeepSpeedConfigError", "ZeRORuntimeException")
 # pydantic: "1 validation error for DeepSpeedZeroConfig: stage3_prefetch_bucket_size; Input should be ...
 #            [type=int_from_float, input_value=15099494.4, input_type=float]" (continuation lines joined)
+# torch's allocator checking PYTORCH_CUDA_ALLOC_CONF at CUDA start-up:
+# "CachingAllocator option max_split_size_mb too small, must be >= 20"
+ALLOC_MINIMUM = re.compile(r"CachingAllocator option (?P<key>\w+) too small, must be >= (?P<min>\d+)")
 PYDANTIC_FIELD = re.compile(r"validation errors? for (?P<model>\w+):\s*(?P<field>[\w.]+)")
 PYDANTIC_TYPE = re.compile(r"\[type=(?P<type>\w+)")
 PYDANTIC_INPUT = re.compile(r"input_value=(?P<v>[^,\]]+)")
@@ -164,7 +167,10 @@ class ExceptionParser:
 
 
 def config_issue(msg: str) -> ConfigIssue:
-    """The key and values a DeepSpeed configuration error names."""
+    """The key and values a DeepSpeed (or allocator) configuration error names."""
+    if (ma := ALLOC_MINIMUM.search(msg)):
+        return ConfigIssue(key=f"PYTORCH_CUDA_ALLOC_CONF:{ma.group('key')}", error_type="below_minimum",
+                           minimum=int(ma.group("min")))
     if (mb := BATCH_ASSERT.search(msg)):
         return ConfigIssue(key="train_batch_size", batch=(int(mb.group("train")), int(mb.group("micro")),
                                                           int(mb.group("gas")), float(mb.group("ws"))))

@@ -14,15 +14,9 @@ finds these before a job is queued.  No memory setting is involved.
 
 from __future__ import annotations
 
-import re
-
 from ...analysis.context import Context
 from ...model import ConfigIssue, FailureKind
 from ..base import Cause, Finding, Fix, NotAFix, confidence
-
-
-# torch's allocator start-up check: "CachingAllocator option max_split_size_mb too small, must be >= 20"
-_ALLOC_MINIMUM = re.compile(r"CachingAllocator option (?P<key>\w+) too small, must be >= (?P<min>\d+)")
 
 
 class ConfigError:
@@ -59,16 +53,16 @@ class ConfigError:
                              f"{micro} × {gas} × {int(ws)} = {want}; or drop train_batch_size and let DeepSpeed "
                              "derive it from the other two"))
             signals.append(("DeepSpeed's batch assertion", 0.15))
-        elif c.key is not None:
-            title, sub = f"DeepSpeed rejected {c.key}", "validation"
-            fixes.append(Fix("ds_config", c.key, _fixed_value(c), _why(c, msg)))
-            signals.append(("DeepSpeed's pydantic validation names the key", 0.15))
-        elif (low := _ALLOC_MINIMUM.search(msg)) is not None:
-            key, least = low.group("key"), int(low.group("min"))
+        elif c.minimum is not None and c.key is not None:          # an allocator setting under its minimum
+            key, least = c.key.split(":", 1)[-1], c.minimum
             title, sub = f"PYTORCH_CUDA_ALLOC_CONF sets {key} below the allocator's minimum ({least})", "alloc_conf"
             fixes.append(Fix("env", "PYTORCH_CUDA_ALLOC_CONF", f"{key}:{max(128, least)}",
                              f"the allocator refuses {key} < {least} when it starts; or drop {key} and use "
                              "expandable_segments:True against fragmentation"))
+        elif c.key is not None:
+            title, sub = f"DeepSpeed rejected {c.key}", "validation"
+            fixes.append(Fix("ds_config", c.key, _fixed_value(c), _why(c, msg)))
+            signals.append(("DeepSpeed's pydantic validation names the key", 0.15))
         elif "allocator config" in msg or "CachingAllocator option" in msg:
             title, sub = "PYTORCH_CUDA_ALLOC_CONF holds a key this torch does not know", "alloc_conf"
             fixes.append(Fix("env", "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
