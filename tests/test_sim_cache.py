@@ -108,10 +108,21 @@ def test_a_scan_keeps_its_estimator_cache_beside_the_reports(tmp_path: Path) -> 
     (jobs / "run.log").write_bytes((job / "run.log").read_bytes())
     (jobs / "ds_config.json").write_bytes((job / "ds_config.json").read_bytes())
     out = tmp_path / "nightly"
-    try:
-        run_scan([str(tmp_path / "jobs")], str(out), jobs=1)
-    finally:
-        sim_cache.use_dir(None)
+    run_scan([str(tmp_path / "jobs")], str(out), jobs=1)
     assert _files(out / ".cache" / "estimator"), "the scan's workers wrote the replays they ran"
     reports = {p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")}
     assert reports == {job.name}                                  # the cache is not taken for a job
+
+
+def test_a_job_uses_the_cache_only_while_it_runs(tmp_path: Path) -> None:
+    """In the worker's own process: the job's replays land in the scan's cache, and the cache
+    directory is not left switched on for whatever the process does next."""
+    from oompost.scan.worker import analyze_job
+
+    job = Path(__file__).resolve().parent.parent / "sample_logs" / "capacity_zero2_offload_7b_3090"
+    files = tuple(str(p) for p in sorted(job.iterdir()) if p.name in ("run.log", "ds_config.json"))
+    program._SIM_CACHE.clear()
+    row = analyze_job("seed", str(job), files, str(tmp_path), "seed", ("json",), False)
+    assert row["ok"], row["error"]
+    assert _files(tmp_path / ".cache" / "estimator")
+    assert not sim_cache.enabled()

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,17 @@ def use_dir(path: str | os.PathLike[str] | None) -> None:
     """Cache under ``path`` (created when needed); ``None`` turns the disk cache off."""
     global _DIR
     _DIR = os.fspath(path) if path is not None else None
+
+
+@contextmanager
+def using(path: str | os.PathLike[str] | None) -> Iterator[None]:
+    """Cache under ``path`` for the duration (a scan's job), then back to what it was."""
+    before = _DIR
+    use_dir(path)
+    try:
+        yield
+    finally:
+        use_dir(before)
 
 
 def enabled() -> bool:

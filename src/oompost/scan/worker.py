@@ -33,12 +33,11 @@ def analyze_job(job: str, root: str, files: tuple[str, ...], output: str, out_na
         from ..pipeline import analyze
         from ..render import render
 
-        # the memory model's replays of a set-up, shared by this scan's workers and later nights
-        sim_cache.use_dir(os.path.join(output, CACHE_DIR, "estimator"))
-
         if not files:
             raise InputError(f"{root}: no input files")
-        report = analyze(list(files))
+        # the memory model's replays of a set-up, shared by this scan's workers and later nights
+        with sim_cache.using(os.path.join(output, CACHE_DIR, "estimator")):
+            report = analyze(list(files))
         if redact:
             from ..redact import redact_report
 
