@@ -727,12 +727,18 @@ static int get_col(PyObject *o, Py_buffer *v, Py_ssize_t itemsize, const char *c
     return 0;
 }
 
+/* a Python int as long long, with the sign of an overflow: 0 ok, -1 error (not an int) */
+static int read_long(PyObject *o, long long *v, int *overflow) {
+    if (!PyLong_Check(o)) { PyErr_SetString(PyExc_TypeError, "expected an int"); return -1; }
+    *overflow = 0;
+    *v = PyLong_AsLongLongAndOverflow(o, overflow);
+    return (*v == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
 /* an int argument as int64: 0 ok, 1 out of range (decline), -1 error */
 static int as_i64(PyObject *o, int64_t *out) {
-    if (!PyLong_Check(o)) { PyErr_SetString(PyExc_TypeError, "expected an int"); return -1; }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (v == -1 && PyErr_Occurred()) return -1;
+    long long v; int overflow;
+    if (read_long(o, &v, &overflow)) return -1;
     if (overflow || v > VALUE_LIMIT || v < -VALUE_LIMIT) return 1;
     *out = v;
     return 0;
@@ -741,10 +747,8 @@ static int as_i64(PyObject *o, int64_t *out) {
 /* a bound (cap, twin cap, avail, GC threshold) as int64, clamped: comparisons with values
  * below 2^62 give the same answer as with the Python int */
 static int as_bound(PyObject *o, int64_t *out) {
-    if (!PyLong_Check(o)) { PyErr_SetString(PyExc_TypeError, "expected an int"); return -1; }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (v == -1 && PyErr_Occurred()) return -1;
+    long long v; int overflow;
+    if (read_long(o, &v, &overflow)) return -1;
     *out = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : v;
     return 0;
 }
