@@ -16,7 +16,6 @@ scenario say "scenario:" in their help.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -230,11 +229,9 @@ def main() -> int:
           f"max_memory_allocated: {torch.cuda.max_memory_allocated() / GiB:.2f} GB, "
           f"max_memory_reserved: {torch.cuda.max_memory_reserved() / GiB:.2f} GB", flush=True)
     if args.report:
-        with open(args.report, "w") as f:
-            json.dump({"args": vars(args), "allowed_bytes": allowed,
-                       "max_reserved": torch.cuda.max_memory_reserved(),
-                       "max_allocated": torch.cuda.max_memory_allocated(),
-                       "steps_completed": step, "seconds": time.time() - t0}, f, indent=1)
+        from run_report import write_run_report
+
+        write_run_report(args.report, args, allowed, step, t0)
     return 0
 
 

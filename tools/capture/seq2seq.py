@@ -15,7 +15,6 @@ a real run of it on the GPU machine).  Options that only stage a scenario say
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -93,11 +92,9 @@ def main() -> int:
           f"max_allocated={torch.cuda.max_memory_allocated() / GiB:.2f}GiB "
           f"max_reserved={torch.cuda.max_memory_reserved() / GiB:.2f}GiB", flush=True)
     if args.report:
-        with open(args.report, "w") as f:
-            json.dump({"args": vars(args), "allowed_bytes": allowed,
-                       "max_reserved": torch.cuda.max_memory_reserved(),
-                       "max_allocated": torch.cuda.max_memory_allocated(),
-                       "steps_completed": args.max_steps, "seconds": time.time() - t0}, f, indent=1)
+        from run_report import write_run_report
+
+        write_run_report(args.report, args, allowed, args.max_steps, t0)
     return 0
 
 
