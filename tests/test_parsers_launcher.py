@@ -380,3 +380,33 @@ def test_killing_order_gives_pid_local_ranks_without_spawn_lines():
     assert facts(ev, "launcher.pid_local_rank") == [{"438136": 0, "438137": 1, "438138": 2, "438139": 3}]
     (e,) = ev.exits
     assert e.rank is None and e.local_rank is None      # four children: the failing one is unknown
+
+
+# The OOM killer's task table alone, verbatim from https://github.com/hiyouga/LLaMA-Factory/issues/3230
+# (tests/corpus/hiyouga__LlamaFactory__3230): the excerpt kept the table but not the "Killed process" line.
+TASK_TABLE = """\
+[17798674.374095] [ 199300]  1000 199300   101975    23897   307200      501          -998 jupyter-lab
+[17798674.374310] [ 201965]  1000 201965  5861879    47747  2015232    30009          -998 python
+[17798674.374495] [ 202779]  1000 202779 274650088 243385180 1957441536     7930          -998 python
+[17798674.374519] [ 202780]  1000 202780 33475461  2529507 25161728     3314          -998 python
+"""
+
+
+def test_kernel_task_table_alone_is_a_host_oom_naming_the_largest_task():
+    ev = parse_text(TASK_TABLE)
+    (f,) = kinds(ev, K.HOST_OOM_KILL)
+    assert f.pid == 202779 and f.ref.line == 3
+    assert "928.4 GiB" in f.message                # 243,385,180 pages of 4 KiB
+
+
+def test_kernel_task_table_needs_several_rows_and_defers_to_the_killed_line():
+    assert not kinds(parse_text(TASK_TABLE.splitlines(True)[2]), K.HOST_OOM_KILL)
+    killed = "Out of memory: Killed process 202779 (python) total-vm:…kB, anon-rss:…kB\n"
+    (f,) = kinds(parse_text(TASK_TABLE + killed), K.HOST_OOM_KILL)
+    assert f.ref.line == 5                         # the killer's own line, not the table
+
+
+def test_deepspeed_log_lines_are_not_task_rows():
+    # deepspeed.md §1.6: "[date] [INFO] [launch.py:...]" carries "] [" but is no kernel row
+    ds = "[2023-08-31 11:58:27,249] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 1612505\n" * 4
+    assert not kinds(parse_text(ds), K.HOST_OOM_KILL)

@@ -34,6 +34,7 @@ class Phase(str, Enum):
     GENERATION = "generation"                 # generate() / KV cache
     CHECKPOINT_LOAD = "checkpoint_load"
     PIN_MEMORY = "pin_memory"                 # host pinned buffers (offload, DataLoader pin_memory)
+    RETAINED = "retained_outputs"             # every batch's outputs concatenated / gathered on the GPU (metrics)
     UNKNOWN = "unknown"
 
     @property
@@ -95,6 +96,13 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     (Phase.GENERATION, "transformers/generation", None, None, "generate()"),
     (Phase.GENERATION, "cache_utils", None, None, "KV cache"),
     (Phase.GENERATION, None, r"^generate$|_sample$|beam_search|greedy_search", None, "generation"),
+    # every batch's outputs kept on the GPU for metrics: the HF Trainer's evaluation/prediction loop
+    # concatenates logits batch after batch (nested_concat) unless eval_accumulation_steps moves them off;
+    # hand-written loops do the same with torch.cat over a list of outputs
+    (Phase.RETAINED, None, r"nested_concat|_nested_gather|nested_numpify|torch_pad_and_concatenate", None,
+     "per-batch outputs concatenated on the GPU"),
+    (Phase.RETAINED, None, None, r"nested_concat\(|torch\.(?:cat|stack|concat)\(\s*\(?\[?\s*(?:self\.)?(?:all_|total_)?"
+     r"(?:preds|predictions|logits|outputs|embeddings|features|probs|scores)\b", "per-batch outputs concatenated on the GPU"),
     # optimizer (torch)
     (Phase.OPTIMIZER_STEP, "torch/optim", None, None, "torch optimizer step (first step creates its states)"),
     # loss and logits

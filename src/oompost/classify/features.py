@@ -45,7 +45,7 @@ FEATURES = (
     "fail.nccl_cuda_oom", "fail.nccl_timeout", "fail.nccl_network", "fail.host", "fail.sigkill",
     "fail.config", "fail.duplicate_gpu", "fail.python_exception", "fail.none",
     "phase.model_state", "phase.optimizer_step", "phase.activation", "phase.loss", "phase.generation",
-    "phase.comm", "phase.checkpoint_load", "phase.unknown",
+    "phase.comm", "phase.checkpoint_load", "phase.retained_outputs", "phase.unknown",
     "cue.model_loading", "cue.training_progress", "cue.evaluation", "cue.serving", "cue.generation",
     "cue.memory_report", "cue.memory_growing", "cue.multi_process", "cue.long_run",
     "cue.progress_before_oom", "cue.loading_before_oom", "steps.some", "steps.growing", "snapshot",
@@ -120,6 +120,8 @@ def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> di
             f["phase.activation"] = 1.0
         elif ph.is_comm:
             f["phase.comm"] = 1.0
+        elif ph is Phase.RETAINED:
+            f["phase.retained_outputs"] = 1.0
         else:
             f["phase.unknown"] = 1.0
     for name in ("model_loading", "training_progress", "evaluation", "serving", "generation", "memory_report",

@@ -74,6 +74,14 @@ SLURM_CANCELLED_RE = re.compile(r"\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S
 KERNEL_OOM_RE = re.compile(
     r"(?P<cg>Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<comm>[^)]*)\)")
 KERNEL_OOM_KILL_RE = re.compile(r"oom-kill:.*?\btask=(?P<comm>[^,]*),pid=(?P<pid>\d+)")
+# the task table the kernel's OOM killer dumps (dump_tasks) before it picks a victim, one row per task:
+# "[17798674.374495] [ 202779]  1000 202779 274650088 243385180 1957441536     7930          -998 python"
+# ([ pid ] uid tgid total_vm rss pgtables_bytes swapents oom_score_adj name; rss in 4 KiB pages).  Only the
+# OOM killer prints it, so an excerpt that kept the table but not the "Killed process" line still shows
+# that host memory ran out.
+KERNEL_TASK_ROW_RE = re.compile(r"^\s*(?:\[\s*\d+\.\d+\]\s*)?\[\s*(?P<pid>\d+)\]\s+\d+\s+\d+\s+\d+\s+(?P<rss>\d+)\s+"
+                                r"\d+\s+\d+\s+-?\d+\s+(?P<comm>\S.*?)\s*$")
+KERNEL_TASK_ROWS_MIN = 3
 SHELL_SIGNAL_RE = re.compile(
     r"line \d+:\s+(?P<pid>\d+) (?P<what>Killed|Bus error)(?: +\(core dumped\))?(?:\s+(?P<cmd>.*))?$")
 DATALOADER_SIGNAL_RE = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<sig>[\w ]+)")
@@ -218,6 +226,7 @@ class LauncherParser:
         self._num_local: int | None = None
         self._killing: list[int] = []                 # DeepSpeed "Killing subprocess" pids, in order
         self._pid_ref: SourceRef | None = None
+        self._task_rows: list[tuple[LogLine, int, int, str]] = []   # kernel OOM-killer table: (line, pid, rss, comm)
 
     # ------------------------------------------------------------ feed
 
@@ -225,7 +234,7 @@ class LauncherParser:
                  "Killing subprocess", "spawned with command", "terminated with", "srun: error", "slurmstepd",
                  "ut of memory: Kill", "oom-kill", "cgroup out of memory", "OOMKilled", "Killed", "us error",
                  "shared memory", "No space left", " code", " status", "ProcessExitedException", "-- Process",
-                 "DataLoader worker", "world_size", "WORLD INFO", "nnodes=", "nproc", "launch.py")
+                 "DataLoader worker", "world_size", "WORLD INFO", "nnodes=", "nproc", "launch.py", "] [ ")
     # " code" / " status", not "137": every text EXIT_137_RE reads has one of them, and "137" is in
     # every 1370th step number of a long run (each such line would be decoded for nothing)
     TRIGGER = literal_trigger(SENTINELS)
@@ -247,6 +256,8 @@ class LauncherParser:
         # "aunch": DeepSpeed [launch.py:...] lines (WORLD INFO, nnodes=, spawned with command)
         if not ("xit" in t or "ill" in t or "ign" in t or "rror" in t or "rminated" in t or "Child" in t
                 or "aunch" in t or "orld" in t or "nproc" in t):
+            if "] [ " in t and len(self._task_rows) < 100_000 and (m := KERNEL_TASK_ROW_RE.match(t)):
+                self._task_rows.append((ln, int(m.group("pid")), int(m.group("rss")), m.group("comm")))
             return
         self._dispatch(ln, t)
 
@@ -573,6 +584,16 @@ class LauncherParser:
             return True
         return False
 
+    def _kernel_task_table(self) -> None:
+        """The OOM killer's task table without its verdict line: a host OOM, the largest task named."""
+        rows = self._task_rows
+        if len(rows) < KERNEL_TASK_ROWS_MIN or any(f.kind is K.HOST_OOM_KILL for f in self._fails):
+            return
+        ln, pid, rss, comm = max(rows, key=lambda r: r[2])
+        self._fail(K.HOST_OOM_KILL, ln, None, pid,
+                   f"the kernel's OOM killer listed {len(rows)} tasks (it dumps them only when memory ran out); "
+                   f"the largest, {comm} (pid {pid}), held {rss * 4096 / 2**30:.1f} GiB resident")
+
     def _killed(self, ln: LogLine, t: str) -> bool:
         s = t.strip()
         if s == "Killed":
@@ -738,6 +759,7 @@ class LauncherParser:
         if self._cfe is not None:
             self._cfe_close_entry()
             self._cfe = None
+        self._kernel_task_table()
         pid_lr = self._pid_local_ranks()
         if not self._exits and not self._fails:
             return

@@ -80,6 +80,11 @@ class Fragmentation:
             numbers.append(("peak allocated in earlier steps", b(prior)))
             if prior >= A + R:
                 signals.append((f"earlier steps already held {b(prior)} ≥ allocated + request", 0.25))
+            elif A > 1.3 * prior and exp and not exp[0].oom:
+                # both can hold (DESIGN: the order then decides): the replay without the layout problem
+                # serves this larger step as far as it was recorded
+                signals.append((f"live memory ({b(A)}) is {A / max(prior, 1):.1f}x the earlier peak: a larger "
+                                "step, which the expandable-segments replay still serves", -0.1))
             elif A > 1.3 * prior:
                 signals.append((f"live memory ({b(A)}) is {A / max(prior, 1):.1f}x the earlier peak: "
                                 "a spike, not fragmentation", -0.45))

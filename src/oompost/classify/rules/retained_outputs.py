@@ -1,0 +1,57 @@
+"""LEAK002 — every batch's outputs are kept on the GPU until they no longer fit.
+
+**Cause**  The failing allocation concatenates (or gathers) per-batch results —
+logits, predictions, embeddings — onto what earlier batches left on the GPU.
+The HF Trainer's evaluation/prediction loop does this with ``nested_concat``
+unless ``eval_accumulation_steps`` moves the results to the host; hand-written
+loops do it with ``torch.cat(all_logits)``.  The kept set grows batch after
+batch, so the OOM comes late in the loop (a retained-memory leak, DESIGN's
+``leak``), whatever the batch size.
+
+**Fix**  Move results off the GPU as they are produced: ``eval_accumulation_steps``
+(HF Trainer), ``preprocess_logits_for_metrics`` returning ``argmax`` instead of
+full logits, ``.detach().cpu()`` (or running metric sums) in your own loop.
+"""
+
+from __future__ import annotations
+
+from ...analysis.context import Context
+from ...analysis.phase import Phase
+from ..base import Cause, Finding, Fix, NotAFix, confidence
+from ._common import oom_refs
+
+
+class RetainedOutputs:
+    code = "LEAK002"
+    cause = Cause.LEAK
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        ph = ctx.phase
+        if ctx.oom is None or ph.phase is not Phase.RETAINED:
+            return []
+        where = f"{ph.frame.name} ({ph.frame.filename.rsplit('/', 1)[-1]}:{ph.frame.line})" if ph.frame else "a frame"
+        signals = [(f"the failing allocation concatenates per-batch outputs on the GPU: {where}", 0.55)]
+        hf = bool(ph.frame and "transformers" in ph.frame.filename.replace("\\", "/"))
+        if hf:
+            signals.append(("the HF Trainer keeps every batch's logits on the GPU unless eval_accumulation_steps "
+                            "is set", 0.1))
+        if ctx.evidence.fact("cue.evaluation") is not None:
+            signals.append(("it happens in an evaluation / prediction loop", 0.05))
+        fixes = []
+        if hf:
+            fixes.append(Fix("trainer_arg", "eval_accumulation_steps", "8",
+                             "moves the accumulated predictions to the host every 8 batches"))
+            fixes.append(Fix("code", "preprocess_logits_for_metrics", "return logits.argmax(-1)",
+                             "keeps one id per token instead of a vocabulary-wide row of logits"))
+        fixes.append(Fix("code", "keep results on the host", "outputs.detach().cpu() / running metric sums",
+                         "what is kept for metrics no longer grows on the GPU batch after batch"))
+        return [Finding(
+            self.code, self.cause, "Every batch's outputs are kept on the GPU", confidence(signals),
+            evidence=oom_refs(ctx) + ((ctx.evidence.fact("cue.evaluation").ref,)
+                                      if ctx.evidence.fact("cue.evaluation") is not None else ()),
+            fixes=tuple(fixes),
+            not_fixes=(NotAFix("a smaller eval batch size", "the kept outputs of the whole dataset stay the same size"),
+                       NotAFix("torch.cuda.empty_cache()", "the kept outputs are live tensors")),
+            signals=tuple(signals), numbers=(("failing frame", where),),
+            detail="The OOM is raised while per-batch outputs are appended to what earlier batches left on the "
+                   "GPU: the kept set grows with every batch until it no longer fits, however small the batch.")]
