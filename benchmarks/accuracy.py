@@ -1,6 +1,7 @@
 """How often oompost's verdict is right: sample_logs/, corpus dev, corpus test, held-out GPU captures.
 
     python benchmarks/accuracy.py [--fold dev|test|all] [--write-doc] [--misses] [--heldout-only]
+    python benchmarks/accuracy.py --new-since REV     # only corpus cases added after git revision REV
 
 For every case it runs ``oompost.analyze`` on the case's files (exactly what a
 user would pass) and, beside it, the keyword rule a reader applies to the last
@@ -9,6 +10,11 @@ OOM message (PyTorch's own fragmentation hint, "Killed", "NCCL",
 matrix, the ``unknown`` rate (among cases whose label is a real cause), the
 parser coverage (cases where no failure was recognised at all) and
 calibration (expected calibration error and a reliability table).
+
+``--new-since REV`` scores only the corpus cases whose directory did not
+exist at git revision REV, both folds apart and together: run it before the
+weights are refitted on newly collected cases, it measures oompost on crashes
+nothing was tuned on.
 
 The held-out GPU captures (tests/heldout_captures/: real runs on the GPU
 machine, made after the rules and weights were fitted and never used to tune
@@ -225,6 +231,15 @@ def _has_tabulate() -> bool:
         return False
 
 
+def new_cases_since(rev: str) -> list[Case]:
+    """Corpus cases whose directory is not in git revision ``rev``."""
+    import subprocess
+
+    old = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{rev}:tests/corpus"],
+                         check=True, capture_output=True, text=True).stdout.split()
+    return [c for c in load_cases() if c.name not in set(old)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fold", choices=("dev", "test", "all"), default="all")
@@ -232,16 +247,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--misses", action="store_true", help="list every wrong case of the folds run")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--heldout-only", action="store_true", help="score only tests/heldout_captures/ (three views)")
+    ap.add_argument("--new-since", metavar="REV", help="score only corpus cases added after git revision REV")
     a = ap.parse_args(argv)
+    if a.new_since and a.write_doc:
+        ap.error("--write-doc rewrites the whole report: run it without --new-since")
     t0 = time.perf_counter()
     sets: list[tuple[str, list[Case]]] = []
-    if not a.heldout_only:
+    if a.new_since:
+        new = new_cases_since(a.new_since)
+        sets += [(f"corpus cases new since {a.new_since}", new),
+                 *((f"corpus cases new since {a.new_since}, {fold}", [c for c in new if c.fold == fold])
+                   for fold in ("dev", "test"))]
+    elif not a.heldout_only:
         sets.append(("sample_logs/ (regression)", sample_cases()))
         if a.fold in ("dev", "all"):
             sets.append(("corpus dev (tuned on)", load_cases("dev")))
         if a.fold in ("test", "all"):
             sets.append(("corpus test (held out)", load_cases("test")))
-    for view in HELDOUT_VIEWS:
+    for view in HELDOUT_VIEWS if not a.new_since else ():
         sets.append((f"{HELDOUT_PREFIX}: {view}", heldout_cases(view)))
     out, summary, frames = [], {}, {}
     for name, cases in sets:
