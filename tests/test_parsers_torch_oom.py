@@ -181,3 +181,25 @@ def test_real_capture_activation_spike():
     assert o.allowed_bytes == parse_size("23.19 GiB")
     assert o.requested_bytes == 304 * MiB
     assert o.stack.frames[-1].filename.endswith("modeling_qwen2.py")
+
+
+# https://github.com/huggingface/text-generation-inference/issues/563 (tests/corpus/huggingface__text-
+# generation-inference__563): the router's Rust panic quotes the shard's multi-line OOM with "\n" escapes
+TGI_PANIC = ("thread 'main' panicked at 'Unable to warmup model: Generation(\"Allocation on device 0 would exceed "
+             "allowed memory. (out of memory)\\nCurrently allocated     : 16.08 GiB\\nRequested               : "
+             "4.83 GiB\\nDevice limit            : 22.20 GiB\\nFree (according to CUDA): 11.12 MiB\\nPyTorch limit "
+             "(set by user-supplied memory fraction)\\n                        : 22.20 GiB\")', "
+             "router/src/main.rs:216:18\n")
+
+
+def test_an_escaped_multi_line_message_is_read_as_its_lines():
+    (o,) = parse_text(TGI_PANIC).ooms
+    assert o.requested_bytes == parse_size("4.83 GiB")
+    assert o.allocated_bytes == parse_size("16.08 GiB")
+    assert o.capacity_bytes == parse_size("22.20 GiB")          # "Device limit"
+    assert o.ref.line == 1
+
+
+def test_escapes_elsewhere_stay_one_line():
+    ev = parse_text('{"msg": "epoch 1 done\\nloss 0.3"}\n')
+    assert not ev.ooms

@@ -570,15 +570,23 @@ def forum_clean(text: str) -> str:
     return text
 
 
+_ESCAPED_OOM = re.compile(r"out of memory|OutOfMemory|Tried to allocate|would exceed allowed memory")
+
+
 def decode_line(lineno: int, raw: bytes, *, host_prefixes: bool = False, prev: bytes = b"") -> list[LogLine]:
-    """A physical line as LogLines (carriage returns split it), prefixes stripped."""
+    """A physical line as LogLines (carriage returns split it, and "\\n" escapes inside a quoted OOM
+    message), prefixes stripped."""
     text = raw.decode("utf-8", errors="replace")
     if text[:1] in ">│┃" or text[:2] == " >" or "\x1b" in text:
         text = forum_clean(text)
-    if "\r" not in text and len(text) <= MAX_LINE_CHARS and "[rank" not in text[1:]:
+    if "\r" not in text and len(text) <= MAX_LINE_CHARS and "[rank" not in text[1:] and "\\n" not in text:
         body, rank, local, host = strip_prefixes(text, host_prefixes=host_prefixes)
         return [LogLine(lineno, body, text, rank, local, host, prev)]
     parts = text.split("\r") if "\r" in text else (text,)
+    if "\\n" in text and _ESCAPED_OOM.search(text):
+        # a multi-line OOM message kept as one string ("\n" escapes): a Rust panic quoting it (TGI), an
+        # exception repr in a JSON log line, an API error body; read it as the lines it was printed as
+        parts = tuple(q for p in parts for q in p.split("\\n"))
     out = []
     for part in parts:
         if not part:
