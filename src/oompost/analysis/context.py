@@ -49,6 +49,14 @@ class Context:
         return tuple(f for f in self.evidence.failures if f.kind in kinds)
 
     @property
+    def is_serving(self) -> bool:
+        """An inference server's log (vLLM, TGI, sglang: their start-up and KV-cache lines) with no training in
+        it: batch size, checkpointing and ZeRO are not its knobs."""
+        ev = self.evidence
+        return (ev.fact("cue.serving") is not None and ev.fact("cue.training_progress") is None
+                and not self.setup.deepspeed and not self.steps)
+
+    @property
     def has_memory_failure(self) -> bool:
         from ..model import FailureKind
 

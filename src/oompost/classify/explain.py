@@ -108,7 +108,17 @@ _NOT = {
 _KV_FIXES = (Fix("code", "generation batch size", "halve it (or cap max_new_tokens / max_model_len)",
                  "the KV cache grows with batch × (prompt + generated) tokens"),
              Fix("code", "gpu_memory_utilization", "lower it on a shared GPU, raise it on a dedicated one (vLLM)",
-                 "it sets how much of the card the KV cache may take"))
+                 "it sets how much of the card the KV cache may take"),
+             Fix("code", "--max-batch-prefill-tokens / --max-batch-total-tokens (TGI), --mem-fraction-static "
+                 "(sglang)", "lower them",
+                 "the server sizes its warm-up prefill and KV cache from them"))
+
+_SERVING_CAPACITY = (Fix("code", "--tensor-parallel-size", "the number of GPUs the weights must be split over",
+                         "each GPU then holds 1/N of the weights"),
+                     Fix("code", "a quantized checkpoint", "AWQ / GPTQ / fp8 (--quantization)",
+                         "4-bit weights take a quarter of the 16-bit size"),
+                     Fix("code", "--max-model-len / --max-total-tokens", "lower it",
+                         "the server reserves KV cache for the longest sequence it accepts"))
 
 
 def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Finding:
@@ -123,7 +133,9 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
     fixes = _FIXES.get(cause, ())
     if cause is Cause.ACTIVATION_SPIKE and (ctx.phase.phase.value == "generation"
                                             or ctx.evidence.fact("cue.serving") is not None):
-        sub, fixes = "kv_cache", _KV_FIXES + fixes[:1]
+        sub, fixes = "kv_cache", _KV_FIXES + (() if ctx.is_serving else fixes[:1])
+    elif cause is Cause.CAPACITY and ctx.is_serving:
+        fixes = _SERVING_CAPACITY
     signals = tuple((f"{name} (learned weight)", round(w, 3)) for name, w in v.contributions)
     detail = _DETAIL.get(cause, "")
     if ctx.phase.phase.value != "unknown" and ctx.oom is not None:

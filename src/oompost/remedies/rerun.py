@@ -83,6 +83,8 @@ def plan(ctx: Context, primary: Finding, pricer: Pricer | None = None) -> RerunP
     cfg = copy.deepcopy(ctx.setup.ds_config) if ctx.setup.ds_config else None
     d = _Draft(cfg, pricer=pricer or Pricer(ctx))
     cause = primary.cause
+    if ctx.is_serving and cause in (Cause.ACTIVATION_SPIKE, Cause.CAPACITY):
+        return None                # a server's flags (the finding's fixes), not trainer arguments or a ds_config
     if cause is Cause.FRAGMENTATION:
         _fragmentation(ctx, d)
     elif cause is Cause.ACTIVATION_SPIKE:

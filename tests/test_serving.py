@@ -1,0 +1,30 @@
+"""Inference servers (vLLM, TGI, sglang) get a server's remedies, never a training rerun plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import oompost
+
+CORPUS = Path(__file__).parent / "corpus"
+
+
+def _report(case: str):
+    return oompost.analyze([str(CORPUS / case / "log.txt")])
+
+
+def test_tgi_warmup_oom_gets_server_flags_not_trainer_arguments():
+    # https://github.com/huggingface/text-generation-inference/issues/563: the warm-up's multi-line OOM,
+    # quoted with \n escapes in the router's panic
+    r = _report("huggingface__text-generation-inference__563")
+    assert r.oom is not None and r.oom.requested_bytes > 5e9
+    assert r.rerun is None
+    keys = " ".join(f.key for f in r.primary.fixes)
+    assert "max-batch-prefill-tokens" in keys
+    assert "per_device_train_batch_size" not in keys and "gradient_checkpointing" not in keys
+
+
+def test_a_training_log_keeps_its_rerun_plan():
+    # the bundled activation-spike capture: a training loop, so trainer arguments are its knobs
+    r = oompost.analyze([str(Path(__file__).parent.parent / "sample_logs" / "activation_spike_long_batch")])
+    assert r.rerun is not None and r.rerun.trainer_args
