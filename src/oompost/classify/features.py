@@ -41,7 +41,8 @@ FEATURES = (
     *(f"rule.{c.value}" for c in RULE_CAUSES),
     "oom.gpu", "oom.host", "oom.numbers", "oom.request_large", "oom.request_small", "oom.request_exceeds_limit", "oom.allocated_near_limit",
     "oom.reserved_unallocated_covers_request", "oom.reserved_unallocated_large", "oom.free_covers_request",
-    "oom.other_processes", "oom.cuda_error_text", "oom.lib_workspace",
+    "oom.other_processes", "oom.cuda_error_text", "oom.lib_workspace", "oom.allocated_exceeds_capacity",
+    "oom.small_card",
     "fail.nccl_cuda_oom", "fail.nccl_timeout", "fail.nccl_network", "fail.host", "fail.sigkill",
     "fail.config", "fail.duplicate_gpu", "fail.python_exception", "fail.none",
     "phase.model_state", "phase.optimizer_step", "phase.activation", "phase.loss", "phase.generation",
@@ -85,6 +86,12 @@ def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> di
             f["oom.request_exceeds_limit"] = 1.0 if r >= 1.0 else 0.0
         if alloc is not None and L:
             f["oom.allocated_near_limit"] = 1.0 if alloc >= 0.85 * L else 0.0
+        # more allocated than the card has: the driver spilled into host memory (Windows' "shared GPU
+        # memory"), so the working set is larger than the card, not a moment of it
+        if alloc is not None and o.capacity_bytes and alloc > 1.02 * o.capacity_bytes:
+            f["oom.allocated_exceeds_capacity"] = 1.0
+        if L and L < 6 * 2**30:
+            f["oom.small_card"] = 1.0
         if ru is not None and req:
             f["oom.reserved_unallocated_covers_request"] = 1.0 if ru >= req else 0.0
         if ru is not None and L:
