@@ -166,6 +166,6 @@ def missing_evidence(ctx: "Context") -> list[str]:
         out.append("the ds_config.json")
     if not ctx.steps and ctx.oom is not None:
         out.append("per-step memory lines (torch.cuda.memory_allocated() each step), to tell a leak from a spike")
-    if ctx.oom is not None and not ctx.oom.stack.frames:
+    if ctx.oom is not None and not ctx.oom.stack.frames and ctx.phase.phase is Phase.UNKNOWN:
         out.append("the full traceback of the first failing rank (the frames say which phase failed)")
     return out
