@@ -52,3 +52,33 @@ def test_cues_found_on_repeated_shapes_are_found_once_with_their_first_line() ->
     assert facts["cue.training_progress"].ref.line == 2
     assert facts["cue.peft"].ref.line == 4
     assert "cue.serving" not in facts
+
+
+# https://github.com/pytorch/pytorch/issues/104095 (tests/corpus/pytorch__pytorch__104095): figures labelled
+# "alloc:" / "reserved:" without a unit, printed before and after each compile-run-delete round
+COMPILE_ROUNDS = """\
+test 0
+[before compile ] alloc: 0.00244140625, reserved: 2.0, max reserved: 2.0
+[after compile ] alloc: 57.00341796875, reserved: 92.0, max reserved: 92.0
+[after delete] alloc: 57.00341796875, reserved: 92.0, max reserved: 92.0
+test 1
+[before compile ] alloc: 57.005859375, reserved: 92.0, max reserved: 92.0
+[after compile ] alloc: 114.0068359375, reserved: 182.0, max reserved: 182.0
+[after delete] alloc: 114.0068359375, reserved: 182.0, max reserved: 182.0
+test 2
+[before compile ] alloc: 114.00927734375, reserved: 182.0, max reserved: 182.0
+[after compile ] alloc: 171.0107421875, reserved: 272.0, max reserved: 272.0
+[after delete] alloc: 171.0107421875, reserved: 272.0, max reserved: 272.0
+"""
+
+
+def test_unitless_alloc_figures_show_the_growth() -> None:
+    ev = parse_text(COMPILE_ROUNDS)
+    f = ev.fact("cue.memory_growing")
+    assert f is not None and f.ref.line == 2          # "[before compile ]": 0.002 -> 57 -> 114 MiB
+    assert not any(w.startswith("no OOM") for i in ev.inputs for w in i.warnings)
+
+
+def test_a_flat_alloc_series_is_not_growth() -> None:
+    flat = "".join(f"[after step] alloc: 57.0, reserved: 92.0\n" for _ in range(6))
+    assert parse_text(flat).fact("cue.memory_growing") is None

@@ -59,7 +59,7 @@ CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
 # ("torch.cuda.memory_allocated(0) 318986240": the device index in parentheses is not the figure)
 # (figures may carry thousands separators: "1,234 MiB", as nvidia-smi and many loggers print them)
 _FIGURE = re.compile(r"(?<![\d,])(?P<v>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*(?P<u>[KMG]i?B|MB|GB|bytes)\b|"
-                     r"(?:allocated|memory|mem|reserved|\bv?ram\b|\brss\b)(?:[^\d|]|\(\d+\)){0,20}"
+                     r"(?:alloc(?:ated)?|memory|mem|reserved|\bv?ram\b|\brss\b)(?:[^\d|]|\(\d+\)){0,20}"
                      r"(?P<v2>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?![\d.)])", re.I)
 _UNIT = {"k": 2**10, "m": 2**20, "g": 2**30}
 _NUMS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
@@ -237,7 +237,7 @@ class CueParser(SentinelParser):
             if n is not None:
                 self._model = (n, ln)
         if self._readings < self.SERIES_READINGS and (
-                "MiB" in text or "MB" in text or "GB" in text or "GiB" in text or "allocated" in text
+                "MiB" in text or "MB" in text or "GB" in text or "GiB" in text or "alloc" in text or "reserved" in text
                 or "emory" in text or "mem" in text or "bytes" in text or "RAM" in text or "RSS" in text
                 or "rss" in text) and "Tried to allocate" not in text and "total capacity" not in text:
             fig = _figure(text)
