@@ -171,3 +171,27 @@ def test_terminal_lines_are_cut_between_words():
     assert len(out) <= 40 and out.endswith("…")
     assert text.startswith(out[:-1]) and text[len(out) - 1] == " "        # the cut falls on a space
     assert clip("x" * 100, 10) == "x" * 9 + "…"                           # one long token: cut, said so
+
+
+# https://github.com/speechbrain/speechbrain/issues/1506 (tests/corpus/speechbrain__speechbrain__1506): the
+# posted log opens with a printed dict (a census of live tensors), which is not JSON
+CENSUS_HEAD = ('{\n    "<class \'torch.Tensor\'> torch.Size([128, 128, 3, 3])": 2,\n'
+               '    "<class \'torch.Tensor\'> torch.Size([128])": 4,\n')
+OOM_LINE = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total "
+            "capacity; 77.13 GiB already allocated; 307.31 MiB free; 78.21 GiB reserved in total by PyTorch)\n")
+
+
+def test_a_log_that_opens_like_json_is_read_as_text(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(CENSUS_HEAD + OOM_LINE)
+    r = oompost.analyze([str(log)])
+    assert r.oom is not None and r.oom.requested_bytes == 2 * 2**30
+    assert r.cause != "unknown"
+
+
+def test_broken_json_with_nothing_else_is_unusable_for_its_json_reason(tmp_path):
+    bad = tmp_path / "ds_config.json"
+    bad.write_text('{"train_batch_size": ')
+    res = CliRunner().invoke(cli, ["analyze", str(bad), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 3
+    assert "not valid JSON" in res.output and "read as text" not in res.output

@@ -144,7 +144,10 @@ def _sniff_json(path: str | os.PathLike[str]) -> Sniff:
         if _is_json_lines(path):
             # e.g. oompost.record's steps_rankN.jsonl: each line is read like a log line
             return Sniff(InputKind.TORCH_LOG, "JSON Lines, read line by line")
-        return Sniff(InputKind.UNKNOWN, str(e))
+        # a log that opens with a printed dict (a tensor census, a config), or a truncated JSON file: read it
+        # as text, and say why, so nothing in it is lost
+        return Sniff(InputKind.TORCH_LOG, f"starts like JSON but {str(e).split(': ', 1)[-1]}; read as text")
+        # (the wording is parsers.JSON_AS_TEXT's: a file that yields nothing as text is reported for its JSON)
     if not isinstance(data, dict):
         return Sniff(InputKind.UNKNOWN, "JSON that is not an object")
     schema = str(data.get("schema", ""))

@@ -79,23 +79,29 @@ class Capacity:
         if o.requested_bytes is not None:
             numbers.append(("failed request", b(o.requested_bytes)))
         fixes = self._fixes(ctx)
-        detail = (f"The run fails in {ctx.phase.phase.value.replace('_', ' ')}"
-                  + (f" at {ctx.location}" if ctx.location else "")
-                  + f". {limit_label(ctx).capitalize()} is {b(L)}. ")
+        label = limit_label(ctx)
+        where = ("Where in the run it failed is not in the inputs" if ctx.phase.phase is Phase.UNKNOWN
+                 else f"The run fails in {ctx.phase.phase.value.replace('_', ' ')}")
+        detail = (where + (f" at {ctx.location}" if ctx.location else "")
+                  + f". {label[:1].upper() + label[1:]} is {b(L)}. ")
         if e is not None:
             detail += (f"Under the configured ZeRO stage {ctx.train_setup.zero_stage if ctx.train_setup else '?'} "
                        f"and offload, model states take {b(e.model_states_bytes)} per GPU and the start-up peak is "
                        f"{b(e.startup_peak_bytes)}; the smallest possible batch still needs {b(e.predicted_peak_bytes)}. "
                        "No batch size or allocator setting makes this fit.")
-        else:
+        elif startup_phase and not completed:
             detail += "The failing allocation builds model states, before any training step ran."
+        else:
+            detail += ("Without the model size or the configuration, the argument rests on the OOM's numbers: "
+                       "the request does not fit in what is still free.")
         return [Finding(
             self.code, self.cause, "Model states do not fit: the run cannot fit at any batch size", conf,
             evidence=oom_refs(ctx), fixes=tuple(fixes),
             not_fixes=(NotAFix("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
                                "the memory is needed, not fragmented (PyTorch prints this hint on every OOM)"),
                        NotAFix("torch.cuda.empty_cache()", "nothing is cached that could be returned"),
-                       NotAFix("a smaller micro-batch or gradient accumulation", "model states do not shrink with it"),
+                       *((NotAFix("a smaller micro-batch or gradient accumulation", "model states do not shrink with it"),)
+                         if e is not None or (startup_phase and not completed) else ()),
                        *((NotAFix("offload_param at ZeRO stage < 3", "DeepSpeed ignores it below stage 3"),)
                          if ctx.setup.offload_param != "none" and ctx.setup.get("zero_stage") in (1, 2) else ())),
             signals=tuple(signals), numbers=tuple(numbers), detail=detail)]
