@@ -116,6 +116,9 @@ def main() -> int:
     p.add_argument("--gradient_checkpointing", action="store_true")
     p.add_argument("--init_device", default="cpu", choices=["cpu", "cuda"],
                    help="where the model is built (cpu: from_config in fp32 on the host, then .to('cuda'))")
+    p.add_argument("--model_dtype", default=None, choices=["float32", "bfloat16"],
+                   help="dtype the model is built in (default: fp32, bf16 autocast; bfloat16: pure bf16 weights, "
+                        "as from_pretrained(torch_dtype=torch.bfloat16) gives)")
     # unet
     p.add_argument("--image_size", type=int, default=256)
     p.add_argument("--image_sizes", default=None,
@@ -160,13 +163,30 @@ def main() -> int:
         vocab = cfg.vocab_size
         auto = AutoModelForMaskedLM if cfg.model_type == "bert" else AutoModelForCausalLM
         t_build = time.time()
+        kw = {}
+        if args.model_dtype:                 # the default path is left exactly as the first captures ran it
+            kw = {"dtype": getattr(torch, args.model_dtype)}
+
+        def build():
+            try:
+                return auto.from_config(cfg, **kw)
+            except TypeError:
+                return auto.from_config(cfg, torch_dtype=kw["dtype"])
+
         if args.init_device == "cuda":
             with torch.device(device):
-                model = auto.from_config(cfg)
+                model = build()
         else:
-            model = auto.from_config(cfg)
+            model = build()
         print(f"built {type(model).__name__} on {args.init_device} in {time.time() - t_build:.1f}s", flush=True)
+        if args.model_dtype:
+            print(f"moving the model to {device} ({args.model_dtype}, "
+                  f"{sum(q.numel() * q.element_size() for q in model.parameters()) / GiB:.2f} GiB of weights)",
+                  flush=True)
         model = model.to(device, dtype=torch.bfloat16) if cfg.model_type == "opt" else model.to(device)
+        if args.model_dtype:
+            print(f"model loaded: memory_allocated: {mem() / GiB:.2f} GB | "
+                  f"memory_reserved: {rmem() / GiB:.2f} GB", flush=True)
         if args.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()

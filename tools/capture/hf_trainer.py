@@ -34,6 +34,15 @@ def main() -> int:
     p.add_argument("--init_device", default="cpu", choices=["cpu", "cuda"],
                    help="where the model is built (cuda: random init on the GPU, fast for large configs)")
     p.add_argument("--lora_r", type=int, default=None, help="train LoRA adapters of this rank (PEFT)")
+    p.add_argument("--task", default="causal-lm", choices=["causal-lm", "image-classification"],
+                   help="image-classification: AutoModelForImageClassification on random images (ViT presets)")
+    p.add_argument("--image_size", type=int, default=None, help="image-classification: input resolution")
+    p.add_argument("--num_eval_samples", type=int, default=0,
+                   help="causal-lm: an eval_dataset of this many sequences (use with --eval_strategy)")
+    p.add_argument("--compute_metrics", default=None, choices=["accuracy"],
+                   help="causal-lm: compute_metrics=next-token accuracy from the gathered eval logits")
+    p.add_argument("--preprocess_logits_argmax", action="store_true",
+                   help="causal-lm: preprocess_logits_for_metrics keeps logits.argmax(-1) instead of the logits")
     args, rest = p.parse_known_args()
 
     import torch
@@ -46,21 +55,36 @@ def main() -> int:
 
     apply_limit(args.emulate_card, None, print)
 
-    from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+    from transformers import (AutoModelForCausalLM, AutoModelForImageClassification, HfArgumentParser, Trainer,
+                              TrainingArguments)
 
     from models import hf_config
 
     (targs,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(args=rest)
     cfg = hf_config(args.model, args.attn_implementation)
+    if args.image_size:
+        cfg.image_size = args.image_size
 
     class RandomTokens(torch.utils.data.Dataset):
+        def __init__(self, n=None, offset=0):
+            self.n, self.offset = (args.num_samples if n is None else n), offset
+
+        def __len__(self):
+            return self.n
+
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(self.offset + i)
+            ids = torch.randint(0, cfg.vocab_size, (args.max_seq_length,), generator=g)
+            return {"input_ids": ids, "labels": ids.clone()}
+
+    class RandomImages(torch.utils.data.Dataset):
         def __len__(self):
             return args.num_samples
 
         def __getitem__(self, i):
             g = torch.Generator().manual_seed(i)
-            ids = torch.randint(0, cfg.vocab_size, (args.max_seq_length,), generator=g)
-            return {"input_ids": ids, "labels": ids.clone()}
+            return {"pixel_values": torch.randn(3, cfg.image_size, cfg.image_size, generator=g),
+                    "labels": int(torch.randint(0, cfg.num_labels, (1,), generator=g))}
 
     class CausalLMTrainer(Trainer):
         """The users' "custom trainer": same loss as HF's, computed explicitly."""
@@ -72,12 +96,13 @@ def main() -> int:
     import contextlib
 
     dtype = getattr(torch, args.model_dtype)
+    auto = AutoModelForImageClassification if args.task == "image-classification" else AutoModelForCausalLM
     # the default (cpu) path is left exactly as the existing captures ran it
     with torch.device(args.init_device) if args.init_device != "cpu" else contextlib.nullcontext():
         try:
-            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+            model = auto.from_config(cfg, dtype=dtype)
         except TypeError:
-            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype)
+            model = auto.from_config(cfg, torch_dtype=dtype)
     if args.lora_r:
         from peft import LoraConfig, get_peft_model
 
@@ -87,12 +112,34 @@ def main() -> int:
                                                  task_type="CAUSAL_LM"))
         model.print_trainable_parameters()
     n = sum(getattr(q, "ds_numel", q.numel()) for q in model.parameters())
-    print(f"model: {type(model).__name__} ({args.model}), {n:,} parameters, max_seq_length={args.max_seq_length}"
+    what = (f"image_size={cfg.image_size}" if args.task == "image-classification"
+            else f"max_seq_length={args.max_seq_length}")
+    print(f"model: {type(model).__name__} ({args.model}), {n:,} parameters, {what}"
           + ("" if args.model_dtype == "bfloat16" and args.init_device == "cpu"
              else f", dtype={args.model_dtype}, built on {args.init_device}")
           + ("" if args.attn_implementation == "sdpa"
              else f", attn_implementation={model.config._attn_implementation}"), flush=True)
-    trainer = CausalLMTrainer(model=model, args=targs, train_dataset=RandomTokens())
+    def first(x):
+        return x[0] if isinstance(x, tuple) else x
+
+    def accuracy(eval_pred):
+        preds, labels = first(eval_pred.predictions), first(eval_pred.label_ids)
+        if preds.ndim == 3:
+            preds = preds.argmax(-1)
+        return {"accuracy": float((preds[:, :-1] == labels[:, 1:]).mean())}
+
+    def argmax_logits(logits, labels):
+        return first(logits).argmax(-1)
+
+    if args.task == "image-classification":
+        trainer = Trainer(model=model, args=targs, train_dataset=RandomImages())
+    else:
+        trainer = CausalLMTrainer(model=model, args=targs, train_dataset=RandomTokens(),
+                                  eval_dataset=RandomTokens(args.num_eval_samples, 10**6)
+                                  if args.num_eval_samples else None,
+                                  compute_metrics=accuracy if args.compute_metrics else None,
+                                  preprocess_logits_for_metrics=argmax_logits if args.preprocess_logits_argmax
+                                  else None)
     trainer.train()
     print(f"training finished: max_reserved={torch.cuda.max_memory_reserved() / 2**30:.2f}GiB", flush=True)
     return 0

@@ -55,6 +55,18 @@ PRESETS: dict[str, dict] = {
                       num_attention_heads=32, num_key_value_heads=32, vocab_size=32064,
                       max_position_embeddings=4096, tie_word_embeddings=False, rms_norm_eps=1e-5,
                       rope_theta=10000.0, pad_token_id=32000, bos_token_id=1, eos_token_id=32000),
+    # --- held-out captures, second set (2026-12-04): published configs, random weights
+    "pythia-1.4b": dict(model_type="gpt_neox", hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+                        num_attention_heads=16, vocab_size=50304, max_position_embeddings=2048,
+                        rotary_pct=0.25, use_parallel_residual=True, tie_word_embeddings=False,
+                        layer_norm_eps=1e-5, bos_token_id=0, eos_token_id=0),
+    "t5-large": dict(model_type="t5", d_model=1024, d_ff=4096, d_kv=64, num_layers=24, num_decoder_layers=24,
+                     num_heads=16, vocab_size=32128, relative_attention_num_buckets=32, dropout_rate=0.1,
+                     decoder_start_token_id=0, pad_token_id=0, eos_token_id=1),
+    "vit-huge": dict(model_type="vit", hidden_size=1280, num_hidden_layers=32, num_attention_heads=16,
+                     intermediate_size=5120, image_size=224, patch_size=14, num_labels=1000),
+    "gpt2-large": dict(model_type="gpt2", n_embd=1280, n_layer=36, n_head=20, n_positions=1024, vocab_size=50257),
+    "gpt2-medium": dict(model_type="gpt2", n_embd=1024, n_layer=24, n_head=16, n_positions=1024, vocab_size=50257),
 }
 
 

@@ -185,4 +185,176 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
+    return s + second_set()
+
+
+def second_set() -> list[Scenario]:
+    """The second set (2026-12-04): other model families, drivers and cards (11, 16, 40 and 80 GiB)."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- capacity, 16 GiB V100, Pythia-1.4B fp32 AdamW
+    py = ["--model", "pythia-1.4b", "--init_device", "cuda", "--emulate_card", "v100-16g"]
+    s.append(Scenario(
+        "capacity_pythia1.4b_fp32_adamw_v100_16g",
+        "Plain PyTorch loop fully fine-tuning a Pythia-1.4B-shaped GPT-NeoX model (fp32 weights, bf16 autocast, "
+        "torch.optim.AdamW) on a 16 GB V100 at 4 x 256-512 tokens: fp32 weights and gradients (2 x 5.3 GiB) "
+        "already take most of the card and the two fp32 AdamW moments (another 10.5 GiB) can never fit. The "
+        "same run at batch 1 x 64 tokens fails too; under a 40 GiB cap it completes and its peak shows the need.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "1.41B parameters x 16 bytes (fp32 weights, gradients, exp_avg, exp_avg_sq) = 21 GiB > 15.27 GiB "
+                "allowed, whatever the batch: batch 1 x 64 tokens fails too"},
+        Run("python", "heldout_loop.py", py + ["--batch_size", "4", "--seq_len", "512", "--min_seq_len", "256",
+                                               "--steps", "20"],
+            gpu_gib=16.3, host_gib=6, timeout=240, max_entries=8000),
+        counterfactuals=[("batch 1 x 64 tokens (same cap)",
+                          Run("python", "heldout_loop.py", py + ["--batch_size", "1", "--seq_len", "64",
+                                                                 "--steps", "3"],
+                              gpu_gib=16.3, host_gib=6, capture=False, timeout=240)),
+                         ("for reference: batch 1 x 64 tokens under a 40 GiB cap (its peak is the need)",
+                          Run("python", "heldout_loop.py", ["--model", "pythia-1.4b", "--init_device", "cuda",
+                                                            "--memory_limit_gib", "40", "--batch_size", "1",
+                                                            "--seq_len", "64", "--steps", "3"],
+                              gpu_gib=40.5, host_gib=6, capture=False, timeout=240))],
+        priority=21))
+
+    # ---------------------------------------------------------------- activation_spike, 11 GiB 2080 Ti, T5-large
+    t5 = ["--model", "t5-large", "--batch_size", "4", "--min_source_len", "64", "--max_source_len", "256",
+          "--min_target_len", "32", "--max_target_len", "96", "--long_source_step", "6", "--long_source_len",
+          "1536", "--max_steps", "12", "--emulate_card", "rtx2080ti"]
+    s.append(Scenario(
+        "activation_spike_t5_large_long_source_2080ti_11g",
+        "Plain PyTorch seq2seq fine-tune of a T5-large-shaped model (738M, bf16 weights, AdamW) on an 11 GB "
+        "RTX 2080 Ti with dynamic padding: ordinary batches are 4 sources of 64-256 tokens; at step 6 one "
+        "1536-token source document (no max_length truncation) pads the batch, and T5's eager attention "
+        "(4 x 16 heads x 1536^2 scores per layer, kept for backward) no longer fits. The same run truncating "
+        "sources to 256 tokens completes; so does the untruncated run with gradient checkpointing.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states (738M x 8 bytes = 5.5 GiB in bf16) fit and five steps ran; the one 4 x 1536 batch's "
+                "attention scores do not; truncation to 256 tokens completes the same run"},
+        Run("python", "seq2seq.py", t5, gpu_gib=11, host_gib=6, timeout=240, max_entries=10000),
+        counterfactuals=[("sources truncated to 256 tokens (same cap)",
+                          Run("python", "seq2seq.py", t5 + ["--max_source_length", "256"], gpu_gib=11,
+                              host_gib=6, capture=False, timeout=240)),
+                         ("gradient checkpointing, no truncation (same cap)",
+                          Run("python", "seq2seq.py", t5 + ["--gradient_checkpointing"], gpu_gib=11, host_gib=6,
+                              capture=False, timeout=240))],
+        priority=22))
+
+    # ---------------------------------------------------------------- activation_spike, 40 GiB A100, ViT-H, Trainer
+    vit = ["--task", "image-classification", "--model", "vit-huge", "--image_size", "336", "--model_dtype",
+           "float32", "--init_device", "cuda", "--emulate_card", "a100-40g", "--num_samples", "2048",
+           "--output_dir", "{job}/hf_out", "--optim", "adamw_torch", "--max_steps", "5", "--log_level", "info"] + _HF
+    s.append(Scenario(
+        "activation_spike_vit_huge_336_hf_trainer_a100_40g",
+        "HF Trainer full fine-tune of a ViT-Huge/14-shaped image classifier (632M, fp32 weights, --bf16 "
+        "autocast, adamw_torch) at 336 px (577 tokens per image) with per_device_train_batch_size=64 on a 40 GB "
+        "A100: model states (9.4 GiB) fit, the activations of 64 x 577 tokens through 32 layers do not, at the "
+        "first step. The same run at 16 images x 4 accumulation steps completes, and so does batch 64 with "
+        "gradient checkpointing.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "632M x 16 bytes = 9.4 GiB of model states fit in 38.89 GiB; the forward/backward at the configured "
+                "micro-batch (64 x 577 tokens) does not: micro-batch 16 with accumulation 4, or gradient "
+                "checkpointing, completes the same run"},
+        Run("python", "hf_trainer.py", vit + ["--per_device_train_batch_size", "64"], gpu_gib=40, host_gib=8,
+            timeout=300, max_entries=8000),
+        counterfactuals=[("per_device_train_batch_size=16, gradient_accumulation_steps=4 (same cap)",
+                          Run("python", "hf_trainer.py", vit + ["--per_device_train_batch_size", "16",
+                                                                "--gradient_accumulation_steps", "4"],
+                              gpu_gib=40, host_gib=8, capture=False, timeout=300)),
+                         ("gradient checkpointing at batch 64 (same cap)",
+                          Run("python", "hf_trainer.py", vit + ["--per_device_train_batch_size", "64",
+                                                                "--gradient_checkpointing"],
+                              gpu_gib=40, host_gib=8, capture=False, timeout=300))],
+        priority=23))
+
+    # ---------------------------------------------------------------- leak, 80 GiB A100, Llama-3.2-1B, logits list
+    ll = ["--model", "llama3.2-1b", "--batch_size", "4", "--seq_len", "1024", "--num_samples", "480",
+          "--emulate_card", "a100-80g"]
+    s.append(Scenario(
+        "leak_llama3.2_1b_epoch_logits_a100_80g",
+        "Notebook-style fine-tune of a Llama-3.2-1B-shaped model (fp32 weights, bf16 autocast, AdamW) on an "
+        "80 GB A100 that keeps every step's outputs.logits (4 x 1024 x 128256, 1 GB in bf16) and labels in a "
+        "list on the GPU to compute the epoch's token accuracy at the end of the epoch; it prints "
+        "torch.cuda.memory_allocated() every iteration, which rises by ~1 GB per iteration until the OOM. The "
+        "same run keeping outputs.logits.argmax(-1).detach().cpu() completes the epoch (120 iterations).",
+        {"cause": "leak", "sub_cause": None,
+         "why": "memory_allocated after each iteration rises by the same ~1.05 GB (one step's logits) every "
+                "iteration until the OOM; keeping the argmax on the host completes the same run"},
+        Run("python", "epoch_metrics_loop.py", ll + ["--keep", "gpu"], gpu_gib=79.2, host_gib=6, timeout=240,
+            max_entries=10000),
+        counterfactuals=[("keep outputs.logits.argmax(-1).detach().cpu() (same cap)",
+                          Run("python", "epoch_metrics_loop.py", ll + ["--keep", "argmax_cpu"], gpu_gib=79.2,
+                              host_gib=6, capture=False, timeout=240))],
+        priority=20))
+
+    # ---------------------------------------------------------------- capacity at load, 11 GiB, Mistral-7B bf16
+    mis = ["--model", "mistral-7b", "--model_dtype", "bfloat16", "--init_device", "cpu", "--batch_size", "1",
+           "--seq_len", "512"]
+    s.append(Scenario(
+        "capacity_mistral7b_bf16_load_2080ti_11g",
+        "A plain loop that builds a Mistral-7B-shaped model (7.24B, GQA) in bf16 on the host and calls "
+        ".to('cuda') on an 11 GB RTX 2080 Ti: the weights alone (13.5 GiB) exceed the card, and the copy fails "
+        "part-way through the layers, before any batch. The same load under a 20 GiB cap completes and reports "
+        "13.5 GiB allocated.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "7.24B parameters x 2 bytes = 13.49 GiB of bf16 weights > 10.25 GiB allowed: the OOM is in "
+                "model.to('cuda'), before any batch; the same load under a 20 GiB cap holds 13.49 GiB"},
+        Run("python", "heldout_loop.py", mis + ["--steps", "10", "--emulate_card", "rtx2080ti"],
+            env={"OMP_NUM_THREADS": "8"}, gpu_gib=11, host_gib=18, timeout=420, max_entries=8000),
+        # the first counterfactual (the same host build, then .to('cuda') under 20 GiB) timed out building the
+        # model on the busy host (the capture's own build took 306 s); the recorded proof builds the same model
+        # directly on the GPU (run.py --reruns, second call)
+        counterfactuals=[("for reference: the same model in bf16 built on the GPU under a 20 GiB cap, no training "
+                          "step",
+                          Run("python", "heldout_loop.py", ["--model", "mistral-7b", "--model_dtype", "bfloat16",
+                                                            "--init_device", "cuda", "--batch_size", "1",
+                                                            "--seq_len", "512", "--steps", "0",
+                                                            "--memory_limit_gib", "20"],
+                              gpu_gib=20.5, host_gib=6, capture=False, timeout=240))],
+        priority=19))
+
+    # ---------------------------------------------------------------- fragmentation, GPT-2-large dynamic padding
+    # (a first search at batch 8 under a 40 GiB bound ran out of memory uncapped in every variant)
+    g2 = ["--model", "gpt2-large", "--init_device", "cuda", "--batch_size", "4", "--seq_len", "1024",
+          "--min_seq_len", "32", "--steps", "30"]
+    s.append(Scenario(
+        "fragmentation_gpt2_large_dynamic_padding",
+        "Plain PyTorch causal-LM fine-tune of a GPT-2-large-shaped model (774M, fp32 weights, bf16 autocast, "
+        "AdamW) with dynamic padding (4 documents of 32-1024 tokens, each batch padded to its longest), so every "
+        "step's activations and logits have new sizes. The memory cap is set just above what the same run needs "
+        "with expandable_segments:True, which completes under it.",
+        {"cause": "fragmentation", "sub_cause": None,
+         "why": "the request fits in reserved-but-unallocated plus the rest of the allowance, but no free block "
+                "is large enough; expandable_segments:True completes the same run under the same cap"},
+        Run("python", "heldout_loop.py", g2, gpu_gib=58, host_gib=8, max_entries=12000, timeout=200),
+        priority=18, fragmentation_search=True,
+        search_variants=[g2, g2 + ["--seed", "7"], g2 + ["--seed", "99"]]))
+
+    # ---------------------------------------------------------------- leak, 16 GiB T4, HF Trainer eval logits
+    # (first attempt without compute_metrics completed: the Trainer then keeps no logits)
+    ev = ["--model", "pythia-410m", "--model_dtype", "float32", "--init_device", "cuda", "--emulate_card", "t4",
+          "--output_dir", "{job}/hf_out", "--optim", "adamw_torch", "--max_steps", "5",
+          "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "4", "--max_seq_length", "1024",
+          "--num_eval_samples", "96", "--eval_strategy", "steps", "--eval_steps", "5",
+          "--per_device_eval_batch_size", "4", "--compute_metrics", "accuracy", "--log_level", "info"] + _HF
+    s.append(Scenario(
+        "leak_pythia410m_trainer_eval_logits_t4_16g",
+        "HF Trainer fine-tune of a Pythia-410M-shaped model (fp32 weights, --bf16) on a 16 GB T4 with an "
+        "eval_dataset of 96 x 1024 tokens and a compute_metrics (next-token accuracy): training steps fit, but "
+        "the evaluation at step 5 gathers every eval batch's logits (4 x 1024 x 50304) on the GPU "
+        "(eval_accumulation_steps unset), so memory grows with each eval batch until the OOM. The same run with "
+        "preprocess_logits_for_metrics keeping logits.argmax(-1) completes; so does eval_accumulation_steps=2 "
+        "(logits moved to the host).",
+        {"cause": "leak", "sub_cause": None,
+         "why": "allocated memory grows by one batch of logits at every eval step, retained by the Trainer's "
+                "eval loop until the limit; keeping only the argmax, or moving the logits to the host "
+                "(eval_accumulation_steps), completes the same run"},
+        Run("python", "hf_trainer.py", ev, gpu_gib=15.3, host_gib=8, timeout=300, max_entries=10000),
+        counterfactuals=[("preprocess_logits_for_metrics keeps logits.argmax(-1) (same cap)",
+                          Run("python", "hf_trainer.py", ev + ["--preprocess_logits_argmax"], gpu_gib=15.3,
+                              host_gib=8, capture=False, timeout=300)),
+                         ("eval_accumulation_steps=2 (same cap)",
+                          Run("python", "hf_trainer.py", ev + ["--eval_accumulation_steps", "2"], gpu_gib=15.3,
+                              host_gib=45, capture=False, timeout=300))],
+        priority=24))
     return s

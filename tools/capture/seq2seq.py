@@ -39,6 +39,12 @@ def main() -> int:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--attn_implementation", default="sdpa", choices=["eager", "sdpa"])
+    p.add_argument("--long_source_step", type=int, default=None,
+                   help="scenario: at this step one source document of --long_source_len tokens pads the batch")
+    p.add_argument("--long_source_len", type=int, default=2048)
+    p.add_argument("--max_source_length", type=int, default=None,
+                   help="truncate sources to this many tokens (the tokenizer's max_length)")
+    p.add_argument("--gradient_checkpointing", action="store_true")
     p.add_argument("--emulate_card", default=None, help="scenario: cap memory like this card (cards.py)")
     p.add_argument("--memory_limit_gib", type=float, default=None, help="scenario: cap memory at this many GiB")
     p.add_argument("--oompost_capture", default=None, help="dir: dump a memory snapshot at the OOM")
@@ -66,6 +72,8 @@ def main() -> int:
     except TypeError:
         model = AutoModelForSeq2SeqLM.from_config(cfg, torch_dtype=torch.bfloat16)
     model.cuda().train()
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     print(f"{type(model).__name__} ({args.model}): {sum(q.numel() for q in model.parameters()):,} parameters, "
           f"bf16, attn_implementation={model.config._attn_implementation}, batch_size={args.batch_size}, "
           f"dynamic padding", flush=True)
@@ -74,6 +82,10 @@ def main() -> int:
     bar = tqdm(range(1, args.max_steps + 1), desc="train", dynamic_ncols=False, ncols=100)
     for step in bar:
         s = max(rng.randint(args.min_source_len, args.max_source_len) for _ in range(args.batch_size))
+        if args.long_source_step and step == args.long_source_step:
+            s = args.long_source_len
+        if args.max_source_length:
+            s = min(s, args.max_source_length)
         t = max(rng.randint(args.min_target_len, args.max_target_len) for _ in range(args.batch_size))
         g = torch.Generator().manual_seed(args.seed * 1000 + step)
         src = torch.randint(2, cfg.vocab_size, (args.batch_size, s), generator=g).cuda()
