@@ -185,3 +185,15 @@ def test_a_failing_rule_is_reported_not_swallowed(monkeypatch):
     err = [f for f in r.findings if f.code == "RULEERR"]
     assert err and "CAP001" in err[0].title and "synthetic" in err[0].detail
     assert r.cause != "unknown"
+
+
+def test_capacity_from_the_numbers_alone_claims_no_more_than_the_numbers():
+    # BARE_OOM: no frames, no model size, no config.  The rule may argue from the request against what is
+    # free, but must not call a smaller micro-batch useless or name a phase it never saw.
+    from oompost.analysis.context import build_context
+    from oompost.classify.rules.capacity import Capacity
+
+    (f,) = Capacity().evaluate(build_context(parse_text(BARE_OOM)))
+    assert "fails in unknown" not in f.detail and f.detail.startswith("Where in the run it failed is not")
+    assert "The GPU's capacity" in f.detail
+    assert not any("micro-batch" in n.what for n in f.not_fixes)
