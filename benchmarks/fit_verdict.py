@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from corpus_cases import Case, load_cases, sample_cases  # noqa: E402
 
 OUT = ROOT / "src" / "oompost" / "data" / "verdict_weights.json"
+SAMPLE_REPOSITORY = "oompost/sample_logs"          # corpus_cases.sample_cases' repository
 
 
 def case_features(c: Case) -> dict[str, float] | None:
@@ -115,7 +116,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         W, b = fit(X[tr], y[tr], len(classes), a.l2, sw[tr])
         oof[te] = softmax(X[te] @ W.T + b)
-    m = train
+    acc_all = float((oof[train].argmax(1) == y[train]).mean())
+    # accuracy and calibration are measured (and the temperature fitted) on other people's crashes only:
+    # the bundled captures carry evidence public logs rarely have, and would make the verdicts look surer
+    corpus = np.array([c.repository != SAMPLE_REPOSITORY for c, _ in keep])
+    m = train & corpus
     acc = float((oof[m].argmax(1) == y[m]).mean())
     # temperature: minimise the out-of-fold negative log-likelihood
     best_t, best_nll = 1.0, float("inf")
@@ -132,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
               if ((conf >= lo) & (conf < lo + 0.1)).any()) / len(conf)
     print(f"{int(m.sum())} cases with a failure ({len(keep)} in all) from "
           f"{len({c.repository for c, _ in keep})} repositories")
-    print(f"leave-repositories-out CV accuracy {acc:.3f}; temperature {best_t:.2f}, CV ECE {ece:.3f}")
+    print(f"leave-repositories-out CV accuracy {acc:.3f} on the corpus ({acc_all:.3f} with the captures); "
+          f"temperature {best_t:.2f}, CV ECE {ece:.3f}")
     W, b = fit(X[train], y[train], len(classes), a.l2, sw[train])
     train_acc = float((softmax(X[train] @ W.T + b).argmax(1) == y[train]).mean())
     print(f"training accuracy {train_acc:.3f}")
