@@ -67,6 +67,11 @@ PRESETS: dict[str, dict] = {
                      intermediate_size=5120, image_size=224, patch_size=14, num_labels=1000),
     "gpt2-large": dict(model_type="gpt2", n_embd=1280, n_layer=36, n_head=20, n_positions=1024, vocab_size=50257),
     "gpt2-medium": dict(model_type="gpt2", n_embd=1024, n_layer=24, n_head=16, n_positions=1024, vocab_size=50257),
+    # --- held-out captures, third set (2026-12-04): published configs, random weights
+    "opt-350m": dict(model_type="opt", hidden_size=1024, ffn_dim=4096, num_hidden_layers=24,
+                     num_attention_heads=16, vocab_size=50272, max_position_embeddings=2048,
+                     word_embed_proj_dim=512, do_layer_norm_before=False, pad_token_id=1, bos_token_id=2,
+                     eos_token_id=2),
 }
 
 

@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set()
+    return s + second_set() + third_set()
 
 
 def second_set() -> list[Scenario]:
@@ -357,4 +357,135 @@ def second_set() -> list[Scenario]:
                           Run("python", "hf_trainer.py", ev + ["--eval_accumulation_steps", "2"], gpu_gib=15.3,
                               host_gib=45, capture=False, timeout=300))],
         priority=24))
+    return s
+
+
+def third_set() -> list[Scenario]:
+    """The third set (2026-12-04): DeepSpeed causes the held-out set lacked (comm_buffer, config_error), a
+    ZeRO-2 start-up capacity failure and a second host OOM, on model families not in sample_logs/'s
+    DeepSpeed captures (OPT, Phi-3, GPT-2-medium/large).  Needs the DeepSpeed wheels
+    (../shared/tools/device-wheels.sh) on the GPU machine."""
+    from scenarios import ds_zero2
+
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- comm_buffer, 12 GiB, OPT-350M, ZeRO-2 buckets
+    opt = ["--model", "opt-350m", "--emulate_card", "rtx3060-12g", "--per_device_train_batch_size", "2",
+           "--gradient_accumulation_steps", "4", "--max_seq_length", "512", "--max_steps", "10"]
+    s.append(Scenario(
+        "comm_buffer_zero2_opt350m_reduce_bucket_3060_12g",
+        "DeepSpeed ZeRO-2 (no offload, overlap_comm, contiguous_gradients) fine-tune of an OPT-350M-shaped model "
+        "on a 12 GB RTX 3060 with reduce_bucket_size and allgather_bucket_size 2.5e9, copied from a config made "
+        "for a large multi-node job: with overlap_comm the engine allocates two bf16 gradient-reduction buffers "
+        "of 2.5e9 elements (2 x 4.66 GiB) at the first backward, next to 1.85 GiB of weights and master "
+        "weights, and they do not fit. The same run with the default 5e8 buckets completes.",
+        {"cause": "comm_buffer", "sub_cause": None,
+         "why": "the failing allocation is DeepSpeed ZeRO-2's IPG reduce bucket (2.5e9 bf16 elements, doubled "
+                "by overlap_comm) at the first backward; reduce/allgather buckets of 5e8 complete the same run "
+                "under the same cap"},
+        Run("deepspeed", "train.py", opt,
+            ds_config=ds_zero2(reduce_bucket=2.5e9, allgather_bucket=2.5e9, micro=2, gas=4, log_info=True),
+            gpu_gib=12.2, host_gib=8, timeout=240, max_entries=8000),
+        counterfactuals=[("default buckets: reduce_bucket_size=5e8, allgather_bucket_size=5e8 (same cap)",
+                          Run("deepspeed", "train.py", opt,
+                              ds_config=ds_zero2(micro=2, gas=4, log_info=True),
+                              gpu_gib=12.2, host_gib=8, timeout=240, capture=False))],
+        priority=31))
+
+    # ---------------------------------------------------------------- config_error, ZeRO-Offload + torch AdamW
+    g2 = ["--model", "gpt2-medium", "--emulate_card", "t4", "--per_device_train_batch_size", "4",
+          "--gradient_accumulation_steps", "2", "--max_seq_length", "512", "--max_steps", "5"]
+    off = ds_zero2(micro=4, gas=2, offload_optimizer=True)
+    off.pop("zero_force_ds_cpu_optimizer")          # what users write: the offload block alone
+    s.append(Scenario(
+        "config_error_zero_offload_client_optimizer_gpt2_medium_t4",
+        "DeepSpeed ZeRO-2 with offload_optimizer (device cpu, pinned) for a GPT-2-medium-shaped model on a 16 GB "
+        "T4, the script passing its own torch.optim.AdamW to deepspeed.initialize (DeepSpeedCPUAdam is not "
+        "built): DeepSpeed refuses a client optimizer with ZeRO-Offload unless zero_force_ds_cpu_optimizer is "
+        "false, and deepspeed.initialize raises before any memory is used. The same config with "
+        "\"zero_force_ds_cpu_optimizer\": false completes.",
+        {"cause": "config_error", "sub_cause": None,
+         "why": "ZeRORuntimeException in deepspeed.initialize: ZeRO-Offload with a client provided optimizer "
+                "(torch AdamW) needs zero_force_ds_cpu_optimizer=false; setting it completes the same run"},
+        Run("deepspeed", "train.py", g2, ds_config=off, gpu_gib=15, host_gib=8, timeout=200, capture=False),
+        counterfactuals=[("\"zero_force_ds_cpu_optimizer\": false (same cap)",
+                          Run("deepspeed", "train.py", g2, ds_config=ds_zero2(micro=4, gas=2, offload_optimizer=True),
+                              gpu_gib=15, host_gib=12, timeout=240, capture=False))],
+        priority=32))
+
+    # ---------------------------------------------------------------- config_error, HF Trainer, misspelt ZeRO key
+    typo = {"bf16": {"enabled": "auto"},
+            "zero_optimization": {"stage": 2, "allgather_partitions": True, "allgather_bucket_size": 2e8,
+                                  "overlap_comm": True, "reduce_scatter": True, "reduce_bucket_size": "auto",
+                                  "contigious_gradients": True},
+            "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "steps_per_print": 10,
+            "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "wall_clock_breakdown": False}
+    fixed = {**typo, "zero_optimization": {**{k: v for k, v in typo["zero_optimization"].items()
+                                              if k != "contigious_gradients"}, "contiguous_gradients": True}}
+    gl = ["--model", "gpt2-large", "--emulate_card", "rtx4090", "--max_seq_length", "512", "--num_samples", "64",
+          "--output_dir", "{job}/hf_out", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps",
+          "2", "--max_steps", "5", "--bf16", "--logging_steps", "1", "--save_strategy", "no", "--report_to",
+          "none", "--log_level", "info", "--dataloader_num_workers", "0"]
+    s.append(Scenario(
+        "config_error_hf_trainer_ds_misspelt_key_gpt2_large_4090",
+        "HF Trainer with a hand-written ZeRO-2 ds_config (\"auto\" batch keys) for a GPT-2-large-shaped model "
+        "on a 24 GB RTX 4090, where zero_optimization carries the misspelt key \"contigious_gradients\": "
+        "DeepSpeed's pydantic config model forbids unknown keys and deepspeed.initialize stops with a "
+        "ValidationError before training. The same config with the key spelt contiguous_gradients completes.",
+        {"cause": "config_error", "sub_cause": None,
+         "why": "pydantic ValidationError from DeepSpeedZeroConfig: extra input 'contigious_gradients' is not "
+                "permitted; the correctly spelt key completes the same run"},
+        Run("deepspeed", "hf_trainer.py", gl, ds_config=typo, gpu_gib=23.7, host_gib=8, timeout=200,
+            capture=False),
+        counterfactuals=[("zero_optimization.contiguous_gradients spelt correctly (same cap)",
+                          Run("deepspeed", "hf_trainer.py", gl, ds_config=fixed, gpu_gib=23.7, host_gib=8,
+                              timeout=240, capture=False))],
+        priority=33))
+
+    # ---------------------------------------------------------------- capacity, 16 GiB, Phi-3-mini, ZeRO-2 start-up
+    phi = ["--model", "phi3-mini", "--init_device", "cuda", "--emulate_card", "a4000", "--max_steps", "5"]
+    s.append(Scenario(
+        "capacity_zero2_phi3_mini_initialize_a4000_16g",
+        "DeepSpeed ZeRO-2 (no offload) full fine-tune of a Phi-3-mini-shaped model (3.8B, bf16 weights built on "
+        "the GPU) on a 16 GB RTX A4000 at micro-batch 4 x 1024: deepspeed.initialize flattens the bf16 weights "
+        "(7.1 GiB) and then allocates the fp32 master copy (14.2 GiB) at world size 1, which cannot fit before "
+        "any batch. The same run at micro-batch 1 x 64 tokens fails the same way in deepspeed.initialize.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "3.82B parameters: bf16 weights (7.1 GiB) plus ZeRO-2's fp32 master partition (14.2 GiB) at "
+                "world size 1 exceed the 15.22 GiB allowed during deepspeed.initialize, whatever the batch: "
+                "micro-batch 1 x 64 fails too"},
+        Run("deepspeed", "train.py", phi + ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps",
+                                            "4", "--max_seq_length", "1024"],
+            ds_config=ds_zero2(micro=4, gas=4), gpu_gib=16.3, host_gib=8, timeout=240, max_entries=8000),
+        counterfactuals=[("micro-batch 1 x 64 tokens, gradient accumulation 1 (same cap)",
+                          Run("deepspeed", "train.py", phi + ["--per_device_train_batch_size", "1",
+                                                              "--gradient_accumulation_steps", "1",
+                                                              "--max_seq_length", "64"],
+                              ds_config=ds_zero2(micro=1, gas=1), gpu_gib=16.3, host_gib=8, timeout=240,
+                              capture=False))],
+        priority=34))
+
+    # ---------------------------------------------------------------- host_oom, OPT-1.3B ZeRO-2 offload, cgroup
+    o13 = ["--model", "opt-1.3b", "--init_device", "cuda", "--emulate_card", "l4", "--per_device_train_batch_size",
+           "2", "--gradient_accumulation_steps", "2", "--max_seq_length", "512", "--max_steps", "3"]
+    s.append(Scenario(
+        "host_oom_zero2_offload_opt1.3b_cgroup_12g",
+        "DeepSpeed ZeRO-2 with offload_optimizer (cpu, pin_memory) and torch AdamW for an OPT-1.3B-shaped model "
+        "(built in bf16 on a 24 GB L4) in a container limited to 12 GiB of host RAM: the pinned fp32 master "
+        "weights and gradient partition and the CPU AdamW moments (~16 bytes/param, 21 GB) do not fit in the "
+        "container and the kernel's OOM killer kills the rank. The same run with a 64 GiB limit completes (host peak 44.5 GiB; "
+        "a 40 GiB limit was killed too, at the first optimizer step).",
+        {"cause": "host_oom", "sub_cause": None,
+         "why": "the rank is killed by signal 9 (cgroup OOM killer) with no CUDA error while the offloaded "
+                "optimizer state is built on the host; the same run in a 64 GiB container completes (host peak "
+                "44.5 GiB; 40 GiB was killed too)"},
+        Run("bash", "ds_cgroup_run.sh", ["12G"] + o13, ds_config=ds_zero2(micro=2, gas=2, offload_optimizer=True),
+            gpu_gib=16, host_gib=13, timeout=240, capture=False),
+        # the capture's call ran 40G (killed too, at the first optimizer step); 64G and 100G completed in a second
+        # call (run.py --reruns tools/capture/reruns_heldout3.json), merged into capture.json
+        counterfactuals=[("container limit 64G instead of 12G (same card)",
+                          Run("bash", "ds_cgroup_run.sh", ["64G"] + o13,
+                              ds_config=ds_zero2(micro=2, gas=2, offload_optimizer=True),
+                              gpu_gib=16, host_gib=48, timeout=300, capture=False))],
+        priority=35))
     return s
