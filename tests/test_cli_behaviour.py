@@ -189,9 +189,10 @@ def test_a_log_that_opens_like_json_is_read_as_text(tmp_path):
     assert r.cause != "unknown"
 
 
-def test_broken_json_with_nothing_else_is_unusable_for_its_json_reason(tmp_path):
+def test_broken_json_is_read_as_text_and_says_why(tmp_path):
+    # a truncated ds_config.json: nothing is lost, and the warning names the JSON error
     bad = tmp_path / "ds_config.json"
     bad.write_text('{"train_batch_size": ')
     res = CliRunner().invoke(cli, ["analyze", str(bad), "-o", str(tmp_path / "out")])
-    assert res.exit_code == 3
-    assert "not valid JSON" in res.output and "read as text" not in res.output
+    assert res.exit_code == 0
+    assert "not valid JSON" in res.output and "read as text" in res.output

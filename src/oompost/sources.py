@@ -147,7 +147,6 @@ def _sniff_json(path: str | os.PathLike[str]) -> Sniff:
         # a log that opens with a printed dict (a tensor census, a config), or a truncated JSON file: read it
         # as text, and say why, so nothing in it is lost
         return Sniff(InputKind.TORCH_LOG, f"starts like JSON but {str(e).split(': ', 1)[-1]}; read as text")
-        # (the wording is parsers.JSON_AS_TEXT's: a file that yields nothing as text is reported for its JSON)
     if not isinstance(data, dict):
         return Sniff(InputKind.UNKNOWN, "JSON that is not an object")
     schema = str(data.get("schema", ""))

@@ -43,9 +43,6 @@ def parse_paths(paths: Iterable[str], ds_config: str | None = None,
     return out.build()
 
 
-JSON_AS_TEXT = "starts like JSON but "
-
-
 def parse_file(path: str, out: EvidenceBuilder) -> None:
     try:
         s = sniff(path)
@@ -128,11 +125,7 @@ def _parse_text(path: str, kind: InputKind, out: EvidenceBuilder, sniff_note: st
     out.stacks.extend((SourceRef(path, line, ""), st) for line, st in tracebacks.closed)
     found = _delta(before, _counts(out))
     kind = _refine_kind(kind, found)
-    if not any(found.values()) and sniff_note.startswith(JSON_AS_TEXT):
-        # broken JSON with nothing of a log in it either (a truncated config): unusable, for the JSON's reason
-        kind = InputKind.UNKNOWN
-        warnings.append(sniff_note.split("; read as text")[0].replace(JSON_AS_TEXT, "", 1))
-    elif not any(found.values()):
+    if not any(found.values()):
         warnings.append("no OOM, failure, memory or DeepSpeed lines found" + (f" ({sniff_note})" if sniff_note else ""))
     out.inputs.append(InputInfo(path, kind, tuple(warnings), lines=n, bytes=_size(path)))
 
