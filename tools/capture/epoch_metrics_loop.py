@@ -23,6 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
 
+from loop_setup import add_scenario_args, start_scenario  # noqa: E402
+
 
 def main() -> int:
     p = argparse.ArgumentParser()
@@ -36,24 +38,15 @@ def main() -> int:
     p.add_argument("--keep", default="gpu", choices=["gpu", "argmax_cpu"],
                    help="what is kept per step for the epoch's accuracy: gpu (outputs.logits as they are) or "
                         "argmax_cpu (outputs.logits.argmax(-1).detach().cpu())")
-    p.add_argument("--emulate_card", default=None, help="scenario: cap memory like this card (cards.py)")
-    p.add_argument("--memory_limit_gib", type=float, default=None, help="scenario: cap memory at this many GiB")
-    p.add_argument("--oompost_capture", default=None, help="dir: dump a memory snapshot at the OOM")
-    p.add_argument("--max_entries", type=int, default=15000)
-    p.add_argument("--report", default=None, help="write measured peaks to this JSON file")
+    add_scenario_args(p, max_entries=15000)
     args = p.parse_args()
 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from cards import apply_limit
     from models import hf_config
 
-    if args.oompost_capture:
-        import oompost.record
-
-        oompost.record.enable(args.oompost_capture, max_entries=args.max_entries)
-    allowed = apply_limit(args.emulate_card, args.memory_limit_gib, print)
+    allowed = start_scenario(args)
     torch.manual_seed(args.seed)
     device = "cuda"
     cfg = hf_config(args.model)

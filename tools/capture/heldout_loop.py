@@ -25,6 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
 
+from loop_setup import add_scenario_args, start_scenario  # noqa: E402
+
 GiB = 1024**3
 
 
@@ -127,24 +129,14 @@ def main() -> int:
                    help="a forward hook keeps the decoder's last feature map for a sample grid: "
                         "gpu (as it is) or cpu (.detach().cpu())")
     # scenario plumbing
-    p.add_argument("--emulate_card", default=None, help="scenario: cap memory like this card (cards.py)")
-    p.add_argument("--memory_limit_gib", type=float, default=None, help="scenario: cap memory at this many GiB")
-    p.add_argument("--oompost_capture", default=None, help="dir: dump a memory snapshot at the OOM")
-    p.add_argument("--max_entries", type=int, default=15000)
-    p.add_argument("--report", default=None, help="write measured peaks to this JSON file")
+    add_scenario_args(p, max_entries=15000)
     p.add_argument("--device", default="cuda", help="cpu: a local smoke test of the code paths (no cap)")
     args = p.parse_args()
 
     import torch
 
-    from cards import apply_limit
-
-    if args.oompost_capture:
-        import oompost.record
-
-        oompost.record.enable(args.oompost_capture, max_entries=args.max_entries)
     device = args.device
-    allowed = apply_limit(args.emulate_card, args.memory_limit_gib, print) if device == "cuda" else None
+    allowed = start_scenario(args, cap=device == "cuda")
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     mem = (lambda: torch.cuda.memory_allocated()) if device == "cuda" else (lambda: 0)

@@ -24,6 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
 
+from loop_setup import add_scenario_args, start_scenario  # noqa: E402
+
 GiB = 1024**3
 
 
@@ -45,25 +47,16 @@ def main() -> int:
     p.add_argument("--max_source_length", type=int, default=None,
                    help="truncate sources to this many tokens (the tokenizer's max_length)")
     p.add_argument("--gradient_checkpointing", action="store_true")
-    p.add_argument("--emulate_card", default=None, help="scenario: cap memory like this card (cards.py)")
-    p.add_argument("--memory_limit_gib", type=float, default=None, help="scenario: cap memory at this many GiB")
-    p.add_argument("--oompost_capture", default=None, help="dir: dump a memory snapshot at the OOM")
-    p.add_argument("--max_entries", type=int, default=30000)
-    p.add_argument("--report", default=None, help="write measured peaks to this JSON file")
+    add_scenario_args(p, max_entries=30000)
     args = p.parse_args()
 
     import torch
     from tqdm import tqdm
     from transformers import AutoModelForSeq2SeqLM
 
-    from cards import apply_limit
     from models import hf_config
 
-    if args.oompost_capture:
-        import oompost.record
-
-        oompost.record.enable(args.oompost_capture, max_entries=args.max_entries)
-    allowed = apply_limit(args.emulate_card, args.memory_limit_gib, print)
+    allowed = start_scenario(args)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     cfg = hf_config(args.model, args.attn_implementation)
