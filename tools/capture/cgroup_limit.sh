@@ -1,20 +1,8 @@
 #!/usr/bin/env bash
-# Run the ZeRO-2 offload fine-tune inside a cgroup whose memory.max is $1 (a
-# container's RAM limit).  Needs cgroup v2 and root; exits 99 if unavailable.
+# Run the ZeRO-2 offload fine-tune of sample_logs/host_oom_offload_cgroup inside a
+# cgroup whose memory.max is $1 (a container's RAM limit; default 10G).  The
+# cgroup, its exit code 99 when unavailable and the files it leaves in $JOB are
+# cgroup_run.sh's.
 set -u
-limit=${1:-10G}
-cg=/sys/fs/cgroup/oompost_$$
-if ! mkdir -p "$cg" 2>/dev/null || ! echo "$limit" > "$cg/memory.max" 2>/dev/null; then
-  echo "[capture] cgroup v2 memory controller not available; cannot stage a host OOM" >&2
-  exit 99
-fi
-echo 0 > "$cg/memory.swap.max" 2>/dev/null || true
-echo $$ > "$cg/cgroup.procs"
-python3 -m deepspeed.launcher.runner --num_gpus 1 --master_port "${MASTER_PORT:-29700}" \
-  "$(dirname "$0")/train.py" --deepspeed "$JOB/ds_config.json" --model qwen2.5-1.5b \
+exec "$(dirname "$0")/ds_cgroup_run.sh" "${1:-10G}" --model qwen2.5-1.5b \
   --per_device_train_batch_size 2 --gradient_accumulation_steps 4 --max_seq_length 1024 --max_steps 20
-rc=$?
-cat "$cg/memory.events" > "$JOB/cgroup_memory_events.txt" 2>/dev/null
-dmesg 2>/dev/null | grep -iE "out of memory|oom-kill|oom_reaper|Killed process" > "$JOB/kernel.log" || true
-[ -s "$JOB/kernel.log" ] || rm -f "$JOB/kernel.log"
-exit $rc
