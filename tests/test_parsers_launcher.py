@@ -410,3 +410,18 @@ def test_deepspeed_log_lines_are_not_task_rows():
     # deepspeed.md §1.6: "[date] [INFO] [launch.py:...]" carries "] [" but is no kernel row
     ds = "[2023-08-31 11:58:27,249] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 1612505\n" * 4
     assert not kinds(parse_text(ds), K.HOST_OOM_KILL)
+
+
+# https://github.com/baichuan-inc/Baichuan2/issues/138 (tests/corpus/baichuan-inc__Baichuan2__138): zsh's
+# job line for the SIGKILLed process, glued to the progress bar it interrupted
+ZSH_KILLED = ("Loading checkpoint shards:   0%|          | 0/3 [00:00<?, ?it/s][1]    26478 killed     "
+              "python test.py\n")
+
+
+def test_zsh_job_killed_line_is_a_kill():
+    (f,) = kinds(parse_text(ZSH_KILLED), K.KILLED)
+    assert f.pid == 26478 and "python test.py" in f.message
+
+
+def test_killed_in_prose_is_not_a_kill():
+    assert not kinds(parse_text("the process was killed by the scheduler earlier\n"), K.KILLED)

@@ -28,3 +28,18 @@ def test_a_training_log_keeps_its_rerun_plan():
     # the bundled activation-spike capture: a training loop, so trainer arguments are its knobs
     r = oompost.analyze([str(Path(__file__).parent.parent / "sample_logs" / "activation_spike_long_batch")])
     assert r.rerun is not None and r.rerun.trainer_args
+
+
+# https://github.com/huggingface/text-generation-inference/issues/1525: TGI's warm-up refuses its prefill
+TGI_WARMUP = ("ERROR warmup{max_input_length=512 max_prefill_tokens=512 max_total_tokens=2048}:warmup: "
+              "text_generation_client: router/client/src/lib.rs:33: Server error: Not enough memory to handle 512 "
+              "prefill tokens. You need to decrease `--max-batch-prefill-tokens`\n")
+
+
+def test_tgi_not_enough_memory_is_a_gpu_oom_of_a_server():
+    from oompost.parsers import parse_text
+    from oompost.pipeline import report_from_evidence
+
+    r = report_from_evidence(parse_text(TGI_WARMUP))
+    assert r.cause != "unknown" and r.rerun is None
+    assert any("max-batch-prefill-tokens" in f.key for f in r.primary.fixes)

@@ -28,6 +28,7 @@ from .base import Cause
 from .features import FEATURES, has_failure
 
 CLASSES = tuple(Cause)          # DESIGN.md order; unknown last
+MAX_CONFIDENCE = 0.99           # as the rules': a verdict from logs is never certain
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ def decide(f: dict[str, float], impossible: frozenset[Cause] = frozenset(), w: W
     total = sum(exp.values())
     probs = sorted(((c, e / total) for c, e in exp.items()), key=lambda cp: (-cp[1], cp[0].order))
     best, p = probs[0]
+    p = min(p, MAX_CONFIDENCE)
     row = w.W[w.classes.index(best.value)]
     contrib = sorted(((name, row[i] * f.get(name, 0.0)) for i, name in enumerate(w.features)
                       if f.get(name, 0.0) and abs(row[i] * f.get(name, 0.0)) >= 0.05),

@@ -94,7 +94,8 @@ _ANY_OOM = re.compile(r"out of memory|OutOfMemoryError|OOM when allocating|RESOU
 
 
 _OOM_SENTINELS = ("trying to allocate", "enough GPU", "out of memory", "Out of memory", "OutOfMemory", "OOM when", "RESOURCE_EXHAUSTED", "ALLOC_FAILED",
-                  "allocate memory", "No available memory", "not enough memory", "insufficient GPU",
+                  "allocate memory", "No available memory", "not enough memory", "Not enough memory",
+                  "insufficient GPU",
                   "insufficient device", "insufficient CUDA")
 _HOSTISH = re.compile(r"can't allocate memory|[Cc]annot allocate memory|DefaultCPUAllocator|CPU", re.I)
 

@@ -82,6 +82,9 @@ KERNEL_OOM_KILL_RE = re.compile(r"oom-kill:.*?\btask=(?P<comm>[^,]*),pid=(?P<pid
 KERNEL_TASK_ROW_RE = re.compile(r"^\s*(?:\[\s*\d+\.\d+\]\s*)?\[\s*(?P<pid>\d+)\]\s+\d+\s+\d+\s+\d+\s+(?P<rss>\d+)\s+"
                                 r"\d+\s+\d+\s+-?\d+\s+(?P<comm>\S.*?)\s*$")
 KERNEL_TASK_ROWS_MIN = 3
+# zsh's job line for a SIGKILLed foreground job ("[1]    26478 killed     python test.py"), often glued
+# to the end of a progress bar the kill interrupted
+ZSH_KILLED_RE = re.compile(r"\[\d+\]\s+(?:[+-]\s+)?(?P<pid>\d+)\s+killed\s+(?P<cmd>\S.*?)\s*$")
 SHELL_SIGNAL_RE = re.compile(
     r"line \d+:\s+(?P<pid>\d+) (?P<what>Killed|Bus error)(?: +\(core dumped\))?(?:\s+(?P<cmd>.*))?$")
 DATALOADER_SIGNAL_RE = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<sig>[\w ]+)")
@@ -234,7 +237,8 @@ class LauncherParser:
                  "Killing subprocess", "spawned with command", "terminated with", "srun: error", "slurmstepd",
                  "ut of memory: Kill", "oom-kill", "cgroup out of memory", "OOMKilled", "Killed", "us error",
                  "shared memory", "No space left", " code", " status", "ProcessExitedException", "-- Process",
-                 "DataLoader worker", "world_size", "WORLD INFO", "nnodes=", "nproc", "launch.py", "] [ ")
+                 "DataLoader worker", "world_size", "WORLD INFO", "nnodes=", "nproc", "launch.py", "] [ ",
+                 " killed ")
     # " code" / " status", not "137": every text EXIT_137_RE reads has one of them, and "137" is in
     # every 1370th step number of a long run (each such line would be decoded for nothing)
     TRIGGER = literal_trigger(SENTINELS)
@@ -321,7 +325,7 @@ class LauncherParser:
             self._fail(K.HOST_OOM_KILL, ln, self._line_rank(ln), None,
                        "container OOMKilled (memory limit reached)")
             return
-        if "Killed" in t and self._killed(ln, t):
+        if ("Killed" in t or " killed " in t) and self._killed(ln, t):
             return
         if ("us error" in t or "shared memory" in t or "No space left" in t) and self._shm(ln, t):
             return
@@ -598,6 +602,10 @@ class LauncherParser:
         s = t.strip()
         if s == "Killed":
             self._fail(K.KILLED, ln, self._line_rank(ln), None, "process killed (SIGKILL): 'Killed' from the shell")
+            return True
+        if " killed " in t and (mz := ZSH_KILLED_RE.search(t)):
+            self._fail(K.KILLED, ln, self._line_rank(ln), int(mz.group("pid")),
+                       f"process {mz.group('pid')} ({mz.group('cmd')[:60]}) killed (SIGKILL): zsh's job line")
             return True
         if "line " in t and self._shell_signal(ln, t):
             return True
