@@ -28,7 +28,7 @@ CAUSE_TITLES: dict[str, str] = {
     "host_oom": "Host (CPU) memory ran out",
     "nccl_error": "Distributed / NCCL failure",
     "capacity": "The run does not fit (capacity)",
-    "leak": "Memory leak across steps",
+    "leak": "Memory leak: kept tensors grow until the limit",
     "comm_buffer": "Communication buffer does not fit",
     "fragmentation": "Allocator fragmentation",
     "activation_spike": "Activation memory spike",
