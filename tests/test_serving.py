@@ -43,3 +43,9 @@ def test_tgi_not_enough_memory_is_a_gpu_oom_of_a_server():
     r = report_from_evidence(parse_text(TGI_WARMUP))
     assert r.cause != "unknown" and r.rerun is None
     assert any("max-batch-prefill-tokens" in f.key for f in r.primary.fixes)
+
+
+def test_a_server_is_not_asked_for_training_evidence_or_told_about_offload():
+    r = _report("huggingface__text-generation-inference__563")
+    assert not any("per-step" in s for s in r.primary.settle)
+    assert not any("offload" in n.what for n in r.primary.not_fixes)

@@ -142,4 +142,5 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
         detail += f" The failing allocation is in {ctx.phase.phase.value}"
         detail += f" ({ctx.phase.why})." if ctx.phase.why else "."
     return Finding("VERDICT", cause, _TITLES.get(cause, cause.value), v.probability, evidence=tuple(refs[:5]),
-                   fixes=fixes, not_fixes=_NOT.get(cause, ()), signals=signals, detail=detail, sub_cause=sub)
+                   fixes=fixes, not_fixes=() if ctx.is_serving else _NOT.get(cause, ()), signals=signals,
+                   detail=detail, sub_cause=sub)

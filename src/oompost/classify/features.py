@@ -164,7 +164,7 @@ def missing_evidence(ctx: "Context") -> list[str]:
         out.append("a memory snapshot of the OOM (python -m oompost.record -o DIR -- train.py ...)")
     if not ctx.setup.ds_config and ctx.setup.deepspeed:
         out.append("the ds_config.json")
-    if not ctx.steps and ctx.oom is not None:
+    if not ctx.steps and ctx.oom is not None and not ctx.is_serving:
         out.append("per-step memory lines (torch.cuda.memory_allocated() each step), to tell a leak from a spike")
     if ctx.oom is not None and not ctx.oom.stack.frames and ctx.phase.phase is Phase.UNKNOWN:
         out.append("the full traceback of the first failing rank (the frames say which phase failed)")
