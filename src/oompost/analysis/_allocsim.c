@@ -727,6 +727,25 @@ static int get_col(PyObject *o, Py_buffer *v, Py_ssize_t itemsize, const char *c
     return 0;
 }
 
+static void release_cols(Py_buffer *v, int n) {
+    for (int i = 0; i < n; i++) PyBuffer_Release(&v[i]);
+}
+
+/* The trace columns a replay reads: [0] the selected event indices, [1] one byte per event (kind or
+ * action), [2..] one int64 per event.  All are acquired or none: 0 ok, -1 error (set). */
+typedef struct { Py_ssize_t item; const char *codes, *name; } ColSpec;
+static int get_cols(PyObject *const *objs, const ColSpec *spec, int n, Py_buffer *v) {
+    for (int i = 0; i < n; i++)
+        if (get_col(objs[i], &v[i], spec[i].item, spec[i].codes, spec[i].name) < 0) { release_cols(v, i); return -1; }
+    for (int i = 2; i < n; i++)
+        if (v[i].len / 8 != v[1].len) {
+            PyErr_SetString(PyExc_ValueError, "columns of different lengths");
+            release_cols(v, n);
+            return -1;
+        }
+    return 0;
+}
+
 /* a Python int as long long, with the sign of an overflow: 0 ok, -1 error (not an int) */
 static int read_long(PyObject *o, long long *v, int *overflow) {
     if (!PyLong_Check(o)) { PyErr_SetString(PyExc_TypeError, "expected an int"); return -1; }
@@ -878,8 +897,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
     memset(&s, 0, sizeof s);
     s.phead = s.ptail = -1;
     IMap live = {0};
-    Py_buffer vsel = {0}, vkind = {0}, vaddr = {0}, vsize = {0}, vstream = {0};
-    int nbuf = 0, declined = 0;
+    Py_buffer col[5];
+    int nbuf = 0, declined = 0;                  /* nbuf: columns held, for the release at done */
     PyObject *result = NULL;
     int64_t has_completed = 0, reserved0 = 0;
 
@@ -923,25 +942,15 @@ static PyObject *run(PyObject *self, PyObject *args) {
         if (r_) { declined = 1; goto done; }
     }
 
-    /* nbuf counts the buffers held, for the release at done: */
-    if (get_col(osel, &vsel, 8, "lq", "sel") < 0) goto done;
-    nbuf = 1;
-    if (get_col(okind, &vkind, 1, "b", "kind") < 0) goto done;
-    nbuf = 2;
-    if (get_col(oaddr, &vaddr, 8, "lq", "addr") < 0) goto done;
-    nbuf = 3;
-    if (get_col(osize, &vsize, 8, "lq", "size") < 0) goto done;
-    nbuf = 4;
-    if (get_col(ostream, &vstream, 8, "lq", "stream") < 0) goto done;
+    static const ColSpec RUN_COLS[5] = {{8, "lq", "sel"}, {1, "b", "kind"}, {8, "lq", "addr"}, {8, "lq", "size"},
+                                        {8, "lq", "stream"}};
+    PyObject *const run_objs[5] = {osel, okind, oaddr, osize, ostream};
+    if (get_cols(run_objs, RUN_COLS, 5, col) < 0) goto done;
     nbuf = 5;
-    Py_ssize_t n = vkind.len;
-    if (vaddr.len / 8 != n || vsize.len / 8 != n || vstream.len / 8 != n) {
-        PyErr_SetString(PyExc_ValueError, "columns of different lengths");
-        goto done;
-    }
-    const int64_t *sel = vsel.buf, *caddr = vaddr.buf, *csize = vsize.buf, *cstream = vstream.buf;
-    const int8_t *ckind = vkind.buf;
-    Py_ssize_t nsel = vsel.len / 8;
+    Py_ssize_t n = col[1].len;
+    const int64_t *sel = col[0].buf, *caddr = col[2].buf, *csize = col[3].buf, *cstream = col[4].buf;
+    const int8_t *ckind = col[1].buf;
+    Py_ssize_t nsel = col[0].len / 8;
 
     int64_t replayed = 0, orphans = 0, first_oom = -1, res_oom = 0, alloc_oom = 0, stopped = -1;
     int fits = -1;                               /* -1 None, 0 False, 1 True */
@@ -1019,11 +1028,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         (long long)s.device_allocs, (long long)s.reserved, (long long)s.allocated, (long long)s.retries,
         s.diverged, cols[0], cols[1], cols[2], cols[3], cols[4]);
 done:
-    if (nbuf >= 1) PyBuffer_Release(&vsel);
-    if (nbuf >= 2) PyBuffer_Release(&vkind);
-    if (nbuf >= 3) PyBuffer_Release(&vaddr);
-    if (nbuf >= 4) PyBuffer_Release(&vsize);
-    if (nbuf >= 5) PyBuffer_Release(&vstream);
+    release_cols(col, nbuf);
     PyMem_RawFree(live.s);
     sim_free(&s);
     if (declined && !PyErr_Occurred()) Py_RETURN_NONE;
@@ -1064,27 +1069,22 @@ static PyObject *alloc_deltas(PyObject *self, PyObject *args) {
         if (r_ < 0) return NULL;
         if (r_ || s.div[k] > (1LL << 40)) Py_RETURN_NONE;
     }
-    Py_buffer vsel = {0}, vact = {0}, vaddr = {0}, vsize = {0};
-    int nbuf = 0, declined = 0;
+    Py_buffer col[4];
+    int nbuf = 0, declined = 0;                  /* nbuf: columns held, for the release at done */
     IMap live = {0}, pending = {0};
     PyObject *result = NULL, *delta = NULL;
-    if (get_col(osel, &vsel, 8, "lq", "sel") < 0) goto done;
-    nbuf = 1;
-    if (get_col(oact, &vact, 1, "B", "action") < 0) goto done;
-    nbuf = 2;
-    if (get_col(oaddr, &vaddr, 8, "lq", "addr") < 0) goto done;
-    nbuf = 3;
-    if (get_col(osize, &vsize, 8, "lq", "size") < 0) goto done;
+    static const ColSpec DELTA_COLS[4] = {{8, "lq", "sel"}, {1, "B", "action"}, {8, "lq", "addr"}, {8, "lq", "size"}};
+    PyObject *const delta_objs[4] = {osel, oact, oaddr, osize};
+    if (get_cols(delta_objs, DELTA_COLS, 4, col) < 0) goto done;
     nbuf = 4;
-    Py_ssize_t n = vact.len;
-    if (vaddr.len / 8 != n || vsize.len / 8 != n) { PyErr_SetString(PyExc_ValueError, "columns of different lengths"); goto done; }
+    Py_ssize_t n = col[1].len;
     delta = PyBytes_FromStringAndSize(NULL, n * 8);
     if (!delta) goto done;
     int64_t *d = (int64_t *)PyBytes_AS_STRING(delta);
     memset(d, 0, (size_t)n * 8);
-    const int64_t *sel = vsel.buf, *caddr = vaddr.buf, *csize = vsize.buf;
-    const uint8_t *cact = vact.buf;
-    Py_ssize_t nsel = vsel.len / 8;
+    const int64_t *sel = col[0].buf, *caddr = col[2].buf, *csize = col[3].buf;
+    const uint8_t *cact = col[1].buf;
+    Py_ssize_t nsel = col[0].len / 8;
     int64_t total = 0, orphan = 0;
     int err = 0;                                 /* 1 declined, 2 no memory */
     Py_BEGIN_ALLOW_THREADS
@@ -1121,10 +1121,7 @@ static PyObject *alloc_deltas(PyObject *self, PyObject *args) {
     result = Py_BuildValue("(OLLNN)", delta, (long long)total, (long long)orphan, lk, pk);
 done:
     Py_XDECREF(delta);
-    if (nbuf >= 1) PyBuffer_Release(&vsel);
-    if (nbuf >= 2) PyBuffer_Release(&vact);
-    if (nbuf >= 3) PyBuffer_Release(&vaddr);
-    if (nbuf >= 4) PyBuffer_Release(&vsize);
+    release_cols(col, nbuf);
     PyMem_RawFree(live.s);
     PyMem_RawFree(pending.s);
     if (declined && !PyErr_Occurred()) Py_RETURN_NONE;
