@@ -80,5 +80,6 @@ def test_unitless_alloc_figures_show_the_growth() -> None:
 
 
 def test_a_flat_alloc_series_is_not_growth() -> None:
+    # written here (the negative of the series above): the same figures every round
     flat = "".join(f"[after step] alloc: 57.0, reserved: 92.0\n" for _ in range(6))
     assert parse_text(flat).fact("cue.memory_growing") is None

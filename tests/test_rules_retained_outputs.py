@@ -36,7 +36,8 @@ def test_a_concatenation_of_model_inputs_is_not_retained_outputs():
     cat_params = Frame("/opt/conda/lib/python3.6/site-packages/torch/_utils.py", 229, "_flatten_dense_tensors",
                        "flat = torch.cat([t.contiguous().view(-1) for t in tensors], dim=0)")
     assert classify_frames((cat_params,), innermost_first=True).phase is not Phase.RETAINED
-    # a hand-written evaluation loop concatenating what it kept for metrics
+    # a hand-written evaluation loop concatenating what it kept for metrics (this frame is written here: no
+    # corpus case or capture quotes such a line)
     cat_logits = Frame("eval.py", 88, "evaluate", "all_logits = torch.cat(all_logits)")
     assert classify_frames((cat_logits,), innermost_first=True).phase is Phase.RETAINED
 
