@@ -110,11 +110,12 @@ def temperature(p: np.ndarray, y: np.ndarray) -> float:
 
 
 def ece_of(p: np.ndarray, y: np.ndarray, t: float = 1.0) -> float:
-    """Expected calibration error (10 bins) of probabilities ``p`` after temperature ``t``."""
+    """Expected calibration error of probabilities ``p`` after temperature ``t`` (accuracy.py's bins)."""
+    import pandas as pd
+    from accuracy import calibration
+
     q = softmax(np.log(np.clip(p, 1e-12, 1)) / t)
-    conf, right = q.max(1), q.argmax(1) == y
-    bins = [(conf >= lo) & (conf < lo + 0.1) for lo in np.arange(0, 1, 0.1)]
-    return float(sum(abs(right[b].mean() - conf[b].mean()) * b.sum() for b in bins if b.any()) / len(conf))
+    return calibration(pd.DataFrame({"oompost": q.argmax(1), "label": y, "confidence": q.max(1)}))[0]
 
 
 def collection_of(cases: list[Case]) -> np.ndarray:
