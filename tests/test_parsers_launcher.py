@@ -425,3 +425,28 @@ def test_zsh_job_killed_line_is_a_kill():
 
 def test_killed_in_prose_is_not_a_kill():
     assert not kinds(parse_text("the process was killed by the scheduler earlier\n"), K.KILLED)
+
+
+# Ray's memory monitor kills a worker when the node's RAM passes a threshold, before the kernel would:
+# https://github.com/hiyouga/EasyR1/issues/125 (tests/corpus/hiyouga__EasyR1__125)
+RAY_TASK_KILLED = "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+# https://github.com/hiyouga/EasyR1/issues/185 (tests/corpus/hiyouga__EasyR1__185), first line cut at the node ID
+RAY_RAYLET = ("(raylet) [2025-04-02 15:02:00,117 E 135782 135782] (raylet) node_manager.cc:3069: 1 Workers "
+              "(tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node\n")
+
+
+def test_ray_memory_monitor_kill_is_a_host_oom_not_a_gpu_oom():
+    for text in (RAY_TASK_KILLED, RAY_RAYLET):
+        ev = parse_text(text)
+        assert kinds(ev, K.HOST_OOM_KILL), text
+        assert not ev.ooms                   # "OutOfMemoryError" here is the node's RAM, not the GPU's
+
+
+def test_ray_kill_gets_a_host_verdict_naming_the_monitor():
+    from oompost.pipeline import report_from_evidence
+
+    r = report_from_evidence(parse_text(RAY_TASK_KILLED))
+    assert r.cause == "host_oom"
+    (f,) = [f for f in r.findings if f.code == "HOST001"]
+    assert "Ray's memory monitor" in f.detail
+    assert not any("zero.Init" in x.key for x in f.fixes)      # no DeepSpeed in sight

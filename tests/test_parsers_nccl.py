@@ -428,3 +428,24 @@ def test_irrelevant_lines_produce_nothing():
             "Watch out: nothing here\n") * 50
     ev = parse_text(text)
     assert not ev.failures and not [f for f in ev.facts if f.name.startswith("nccl")]
+
+
+# vLLM's pynccl wrapper raises ncclGetErrorString()'s text without PyTorch's ", NCCL version" tail:
+# https://github.com/vllm-project/vllm/issues/6201 (tests/corpus/vllm-project__vllm__6201); the same log
+# opens with vLLM's advice "If you are running out of memory, consider decreasing ...", which is no OOM
+VLLM_PYNCCL = ("(VllmWorkerProcess pid=116058) INFO 07-08 13:05:31 model_runner.py:928] CUDA graphs can take "
+               "additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing "
+               "`gpu_memory_utilization` or enforcing eager mode. You can also reduce the `max_num_seqs` as needed "
+               "to decrease memory usage.\n"
+               "(VllmWorkerProcess pid=116058) ERROR 07-08 13:05:36 multiproc_worker_utils.py:226] Exception in "
+               "worker VllmWorkerProcess while processing method initialize_cache: NCCL error: invalid usage (run "
+               "with NCCL_DEBUG=WARN for details), Traceback (most recent call last):\n")
+
+
+def test_pynccl_error_text_names_the_nccl_result_and_advice_is_no_oom():
+    from oompost.model import FailureKind
+    from oompost.parsers import parse_text
+
+    ev = parse_text(VLLM_PYNCCL)
+    assert not ev.ooms
+    assert [f.kind for f in ev.failures] == [FailureKind.NCCL_INVALID_USAGE]

@@ -17,6 +17,7 @@ import re
 from ..model import Failure, FailureKind
 from ..sources import LogLine
 from .base import SentinelParser, memo_by_text, line_rank, ref
+from .nccl import KIND_BY_RESULT, result_from_desc
 
 # (kind, sentinels, pattern)
 PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
@@ -26,9 +27,13 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                 r"Signal 9 \(SIGKILL\)|SIGKILL|killed by signal 9|signal 9\b|exit code: -9\b|exited with code -9|"
                 r"exit status:? (?:-9|137)\b")),
     (FailureKind.HOST_OOM_KILL, ("Out of memory", "oom-kill", "oom_kill", "OOM killer", "oom killer",
-                                 "OOMKilled", "memory cgroup"),
+                                 "OOMKilled", "memory cgroup", "running low on memory", "memory pressure (OOM)",
+                                 "RayOutOfMemoryError"),
      re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_kill|OOM[ -]?[Kk]iller|OOMKilled|"
-                r"Memory cgroup out of memory|killed as a result of limit")),
+                r"Memory cgroup out of memory|killed as a result of limit|"
+                # Ray's memory monitor, which kills a worker before the kernel would
+                r"killed due to the node running low on memory|killed due to memory pressure \(OOM\)|"
+                r"RayOutOfMemoryError: More than \d+% of the memory")),
     (FailureKind.SHM, ("Bus error", "shared memory", "/dev/shm", "shm"),
      re.compile(r"Bus error|bus error|insufficient shared memory|/dev/shm|shm_open|"
                 r"No space left on device.*shm|unable to (?:open|write to) shared memory")),
@@ -51,6 +56,11 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                 r"watchdogHandler|Some NCCL operations have failed or timed out|collective operation timeout|"
                 r"ran for \d+ milliseconds before timing out|NCCL timeout|Socket Timeout|DistStoreError.*[Tt]imeout|"
                 r"timed out after \d+|wait timeout")),
+    # ncclGetErrorString()'s text behind "NCCL error: " without PyTorch's ", NCCL version" tail (the
+    # pynccl wrappers of vLLM and sglang): the text names the ncclResult_t
+    (FailureKind.NCCL_OTHER, ("NCCL error: ",),
+     re.compile(r"NCCL error: (?P<desc>unhandled cuda error|unhandled system error|internal error|invalid argument|"
+                r"invalid usage|remote process exited or there was a network error)")),
     (FailureKind.NCCL_SYSTEM, ("NCCL", "nccl", "Connection reset", "socket has timed out", "TCPStore", "CCL_ERROR",
                                "oneCCL", "Connection refused", "Connection closed",
                                "DistNetworkError", "Rendezvous", "rendezvous", "Broken pipe"),
@@ -100,6 +110,12 @@ _OOM_SENTINELS = ("trying to allocate", "enough GPU", "out of memory", "Out of m
 _HOSTISH = re.compile(r"can't allocate memory|[Cc]annot allocate memory|DefaultCPUAllocator|CPU", re.I)
 
 
+# advice printed before anything failed ("If you are running out of memory, consider decreasing
+# `gpu_memory_utilization`", Ray's "how to address the out of memory issue"): not an OOM
+_ADVICE = re.compile(r"[Ii]f you (?:are |were |still |keep )?(?:run(?:ning)?|get(?:ting)?|hit(?:ting)?|see(?:ing)?|"
+                     r"encounter(?:ing)?|experienc\w*|fac(?:e|ing)) (?:an? |into |the )?(?:CUDA |GPU )?"
+                     r"(?:out of memory|OOM)|to (?:avoid|prevent) (?:running |going )?(?:CUDA |GPU )?out of memory|"
+                     r"how to address the out of memory issue")
 _OOM_LIT = re.compile("|".join(re.escape(s) for s in _OOM_SENTINELS))
 _COMPILED = tuple((kind, re.compile("|".join(re.escape(s) for s in sents)), pat) for kind, sents, pat in PATTERNS)
 
@@ -117,13 +133,15 @@ def _classify(text: str) -> tuple[bool, FailureKind | None, bool]:
     failure-shaped lines."""
     if len(text) > 4000:
         text = text[-4000:]
-    is_oom = bool(_OOM_LIT.search(text) and _ANY_OOM.search(text))
+    is_oom = bool(_OOM_LIT.search(text) and _ANY_OOM.search(text)) and not _ADVICE.search(text)
     for kind, sents, pat in _COMPILED:
         if sents.search(text) and (m := pat.search(text)):
             if kind is FailureKind.PYTHON_EXCEPTION and _ANY_OOM.search(text):
                 continue
             if "code" in pat.groupindex and m.group("code"):
                 return is_oom, _NCCL_RETURN_CODE.get(m.group("code"), FailureKind.NCCL_OTHER), True
+            if "desc" in pat.groupindex:
+                return is_oom, KIND_BY_RESULT.get(result_from_desc(m.group("desc")) or "", kind), False
             return is_oom, kind, False
     return is_oom, None, False
 

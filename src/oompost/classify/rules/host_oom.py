@@ -1,6 +1,7 @@
 """HOST001 — host RAM ran out (the GPU did not).
 
-**Cause**  The Linux OOM killer (or a container/Slurm cgroup limit) sends
+**Cause**  The Linux OOM killer (or a container/Slurm cgroup limit, or Ray's
+memory monitor, which kills a worker when the node's RAM passes a threshold) sends
 SIGKILL: the rank vanishes with exit code −9 / 137 and no Python traceback.
 ``DefaultCPUAllocator: can't allocate memory`` is the same on the torch side;
 a pinned-memory allocation can fail as ``CUDA error: out of memory``; an
@@ -23,6 +24,9 @@ from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b
 
 
+_RAY_MONITOR = "running low on memory"         # ray.exceptions.OutOfMemoryError's text
+
+
 class HostOom:
     code = "HOST001"
     cause = Cause.HOST_OOM
@@ -39,7 +43,12 @@ class HostOom:
         signals: list[tuple[str, float]] = []
         refs = []
         sub = None
-        if kills:
+        ray = [f for f in kills if _RAY_MONITOR in f.message or "RayOutOfMemoryError" in f.message
+               or "memory pressure (OOM)" in f.message]
+        if ray:
+            signals.append(("Ray's memory monitor killed a worker: the node's RAM passed its threshold", 0.8))
+            refs += [f.ref for f in ray[:3]]
+        elif kills:
             signals.append(("the kernel / cgroup OOM killer killed a rank", 0.8))
             refs += [f.ref for f in kills[:3]]
         if host_ooms:
@@ -84,8 +93,14 @@ class HostOom:
             fixes.append(Fix("code", "docker run --shm-size", "16g", "DataLoader workers and NCCL's SHM transport "
                              "use /dev/shm; the container default is 64 MB"))
             fixes.append(Fix("trainer_arg", "dataloader_num_workers", 2, "fewer workers hold fewer shared batches"))
-        fixes.append(Fix("code", "deepspeed.zero.Init", "build the model under zero.Init",
-                         "otherwise every local rank materialises a full CPU copy of the model"))
+        if ray:
+            fixes.append(Fix("code", "fewer Ray workers per node, or more RAM", "",
+                             "every Ray worker on the node (rollout, reference, reward, actor) holds its own host "
+                             "memory; fewer per node, or nodes with more RAM, keep the node under the monitor's "
+                             "threshold"))
+        if not ray or ctx.setup.deepspeed:
+            fixes.append(Fix("code", "deepspeed.zero.Init", "build the model under zero.Init",
+                             "otherwise every local rank materialises a full CPU copy of the model"))
         return [Finding(
             self.code, self.cause, "Host RAM ran out" + (" (shared memory)" if sub == "shm" else ""),
             confidence(signals), evidence=tuple(refs[:5]), fixes=tuple(fixes),
