@@ -109,6 +109,15 @@ def test_old_message_wrapped_mid_clause():
     assert o.reserved_unallocated_bytes is not None and o.reserved_unallocated_bytes > 1_000_000_000
 
 
+# graphdeco-inria/gaussian-splatting#890's message (dev), wrapped inside "reserved in total by PyTorch"
+def test_old_message_wrapped_inside_the_reserved_clause():
+    text = ("RuntimeError: CUDA out of memory. Tried to allocate 7.94 GiB (GPU 0; 23.67 GiB total capacity; 13.48 GiB "
+            "already allocated; 4.58 GiB free; 17.59 GiB reserved\n in total by PyTorch)\n")
+    (o,) = parse_text(text).ooms
+    assert not o.truncated
+    assert round(o.reserved_unallocated_bytes / 2**30, 2) == 4.11
+
+
 # vllm-project/compressed-tensors#587's message (dev), wrapped before "Of the allocated memory"
 def test_new_message_wrapped():
     text = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of "

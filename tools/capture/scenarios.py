@@ -312,6 +312,25 @@ def scenarios() -> list[Scenario]:
             ds_config=ds_zero2(micro=2, gas=4, offload_optimizer=True)),
         priority=70))
 
+    # ---------------------------------------------------------------- config_error: another job holds the card
+    g2l = ["python3", "{here}/plain_loop.py", "--model", "gpt2-large", "--batch_size", "8", "--seq_len", "1024",
+           "--steps", "10"]
+    s.append(Scenario(
+        "config_error_gpu_held_by_another_process",
+        "A plain loop fine-tuning a GPT-2-large-shaped model (fp32 weights, fp16 autocast, AdamW, 8 x 1024 "
+        "tokens) started on a GPU where another process (gpu_hog.py, standing in for a forgotten notebook "
+        "kernel or a second job) already holds 120 GiB of the 139.8 GiB card. No memory fraction: the card "
+        "really is full. The same run on the card without the other process completes.",
+        {"cause": "config_error", "sub_cause": None,
+         "why": "the OOM message shows the card nearly full while this process holds a small part of it; "
+                "the same command completes when the other process is not on the GPU"},
+        Run("bash", "gpu_hog_run.sh", ["120"] + g2l + ["--oompost_capture", "{job}", "--max_entries", "15000"],
+            gpu_gib=139, host_gib=8, capture=False, exclusive=True, timeout=200),
+        counterfactuals=[("the same command on the card without the other process",
+                          Run("python", "plain_loop.py", g2l[2:], gpu_gib=139, host_gib=8, capture=False,
+                              exclusive=True, timeout=200))],
+        priority=91))
+
     from scenarios_world import world_scenarios  # issue 6 §6: other architectures, drivers and caps
 
     s.extend(world_scenarios())

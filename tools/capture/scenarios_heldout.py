@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set()
+    return s + second_set() + third_set() + fourth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -488,4 +488,63 @@ def third_set() -> list[Scenario]:
                               ds_config=ds_zero2(micro=2, gas=2, offload_optimizer=True),
                               gpu_gib=16, host_gib=48, timeout=300, capture=False))],
         priority=35))
+    return s
+
+
+def fourth_set() -> list[Scenario]:
+    """The fourth set (2026-12-04, afternoon): Qwen2.5 shapes (151k vocabulary) in the plain loops, on 16 and
+    24 GiB cards, defined after that session's refit and never scored before it was frozen."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- leak, 24 GiB, Qwen2.5-0.5B, logits list
+    q = ["--model", "qwen2.5-0.5b", "--batch_size", "4", "--seq_len", "1024", "--num_samples", "160",
+         "--emulate_card", "rtx3090"]
+    s.append(Scenario(
+        "leak_qwen2.5_0.5b_epoch_logits_3090_24g",
+        "Notebook-style fine-tune of a Qwen2.5-0.5B-shaped model on a 24 GB RTX 3090 that keeps every step's "
+        "outputs.logits (4 x 1024 x 151936 in bf16, 1.16 GiB) on the GPU for the epoch's accuracy; memory "
+        "rises by one step's logits per iteration. The same run keeping the argmax on the host completes.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "allocated memory after each iteration rises by one step's logits until the OOM; keeping "
+                "outputs.logits.argmax(-1).detach().cpu() completes the same run under the same cap"},
+        Run("python", "epoch_metrics_loop.py", q + ["--keep", "gpu"], gpu_gib=23.7, host_gib=6, timeout=240,
+            max_entries=10000),
+        counterfactuals=[("keep outputs.logits.argmax(-1).detach().cpu() (same cap)",
+                          Run("python", "epoch_metrics_loop.py", q + ["--keep", "argmax_cpu"], gpu_gib=23.7,
+                              host_gib=6, capture=False, timeout=240))],
+        priority=40))
+
+    # ---------------------------------------------------------------- activation_spike, 16 GiB T4, Qwen2.5-0.5B
+    a = ["--model", "qwen2.5-0.5b", "--seq_len", "1024", "--steps", "8", "--emulate_card", "t4"]
+    s.append(Scenario(
+        "activation_spike_qwen2.5_0.5b_plain_loop_t4_16g",
+        "A plain loop (fp32 weights, fp16 autocast, AdamW) fine-tuning a Qwen2.5-0.5B-shaped model on a 16 GB "
+        "T4 at 8 x 1024 tokens: model states take ~8 GiB, and the 151936-wide logits with their fp32 upcast for "
+        "the loss do not fit beside them. The same run at batch 1 completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states fit (batch 1 completes under the same cap); the configured micro-batch's "
+                "activations and logits do not"},
+        Run("python", "plain_loop.py", a + ["--batch_size", "8"], gpu_gib=14.8, host_gib=6, timeout=240,
+            max_entries=10000),
+        counterfactuals=[("--batch_size 1 (same cap)",
+                          Run("python", "plain_loop.py", a + ["--batch_size", "1"], gpu_gib=14.8, host_gib=6,
+                              capture=False, timeout=240))],
+        priority=41))
+
+    # ---------------------------------------------------------------- capacity, 16 GiB V100, Qwen2.5-1.5B fp32
+    c = ["--model", "qwen2.5-1.5b", "--batch_size", "1", "--seq_len", "256", "--steps", "5",
+         "--emulate_card", "v100-16g"]
+    s.append(Scenario(
+        "capacity_qwen2.5_1.5b_plain_loop_v100_16g",
+        "A plain loop (fp32 weights, fp16 autocast, AdamW) fully fine-tuning a Qwen2.5-1.5B-shaped model on a "
+        "16 GB V100 at batch 1 x 256 tokens: 1.54B parameters x 16 bytes of weights, gradients and Adam moments "
+        "(~23 GiB) exceed the card whatever the batch. The same run training LoRA adapters (r=8) completes.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "full fine-tuning's model states exceed the 15.77 GiB cap at batch 1; LoRA, which shrinks the "
+                "model states, completes the same run"},
+        Run("python", "plain_loop.py", c, gpu_gib=15.8, host_gib=8, timeout=240, max_entries=8000),
+        counterfactuals=[("--lora_r 8 (same cap)",
+                          Run("python", "plain_loop.py", c + ["--lora_r", "8"], gpu_gib=15.8, host_gib=8,
+                              capture=False, timeout=240))],
+        priority=42))
     return s

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from ..analysis.phase import Phase
 from ..model import FailureKind, OomKind
 from .base import Cause, Finding, Severity
+from .rules.held_elsewhere import held_elsewhere
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analysis.context import Context
@@ -42,7 +43,7 @@ FEATURES = (
     "oom.gpu", "oom.host", "oom.numbers", "oom.request_large", "oom.request_small", "oom.request_exceeds_limit", "oom.allocated_near_limit",
     "oom.reserved_unallocated_covers_request", "oom.reserved_unallocated_large", "oom.free_covers_request",
     "oom.other_processes", "oom.cuda_error_text", "oom.lib_workspace", "oom.allocated_exceeds_capacity",
-    "oom.small_card",
+    "oom.small_card", "oom.held_elsewhere",
     "fail.nccl_cuda_oom", "fail.nccl_timeout", "fail.nccl_network", "fail.host", "fail.sigkill",
     "fail.config", "fail.duplicate_gpu", "fail.python_exception", "fail.none",
     "phase.model_state", "phase.optimizer_step", "phase.activation", "phase.loss", "phase.generation",
@@ -99,6 +100,7 @@ def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> di
         if o.free_bytes is not None and req and o.allowed_bytes is None:
             f["oom.free_covers_request"] = 1.0 if o.free_bytes >= req else 0.0
         f["oom.other_processes"] = 1.0 if len(o.other_processes) > 1 else 0.0
+        f["oom.held_elsewhere"] = 1.0 if held_elsewhere(ctx) is not None else 0.0
     f["fail.nccl_cuda_oom"] = 1.0 if FailureKind.NCCL_CUDA_OOM in kinds else 0.0
     f["fail.nccl_timeout"] = 1.0 if kinds & {FailureKind.NCCL_TIMEOUT, FailureKind.NCCL_HEARTBEAT} else 0.0
     f["fail.nccl_network"] = 1.0 if kinds & set(_NCCL_NET) else 0.0

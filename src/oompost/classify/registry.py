@@ -12,6 +12,7 @@ from .rules.checkpointing_section_unused import CheckpointingSectionUnused
 from .rules.comm_buffer import CommBuffer
 from .rules.config_error import ConfigError
 from .rules.fragmentation import Fragmentation
+from .rules.held_elsewhere import HeldElsewhere
 from .rules.host_oom import HostOom
 from .rules.leak import Leak
 from .rules.nccl_error import NcclError
@@ -23,7 +24,7 @@ from .rules.trace_truncated import TraceTruncated
 from .rules.unknown import Unknown
 from .rules.zero3_without_zero_init import Zero3WithoutZeroInit
 
-CAUSE_RULES = (ConfigError(), Zero3WithoutZeroInit(), HostOom(), NcclError(), Capacity(), Leak(), RetainedOutputs(), CommBuffer(),
+CAUSE_RULES = (ConfigError(), Zero3WithoutZeroInit(), HeldElsewhere(), HostOom(), NcclError(), Capacity(), Leak(), RetainedOutputs(), CommBuffer(),
                Fragmentation(), ActivationSpike())
 ADVICE_RULES = (OffloadParamIgnored(), CheckpointingSectionUnused(), PytorchHint(), RankSkew(), TraceTruncated())
 FALLBACK = Unknown()

@@ -117,7 +117,8 @@ class TorchOomParser:
             self._wrapped[rank] = [len(self.out.ooms) - 1, text.rstrip(), 3]
 
     # a message wrapped by a terminal, a forum or a logger: its clauses continue on the next lines
-    _CONTINUATION = re.compile(r"total capac|already allocated|free;|reserved in total|cached\)|allocated by PyTorch|"
+    _CONTINUATION = re.compile(r"total capac|already allocated|free;|reserved in total|in total by PyTorch|cached\)|"
+                               r"allocated by PyTorch|"
                                r"reserved by PyTorch|memory in use|allowed;|^\s*\((?:GPU|NPU|XPU) \d+;|^\s*(?:GPU \d+ has|"
                                r"Of the allocated|Including non-PyTorch|[\d.]+\s?[KMGT]i?B\b)")
 
