@@ -119,10 +119,14 @@ def _report(ctx: Context, findings: tuple[Finding, ...], rerun: RerunPlan | None
         estimate_peak_phase=peak_phase)
 
 
+_NOT_PHASED = (Cause.CONFIG_ERROR, Cause.HOST_OOM, Cause.NCCL_ERROR)
+
+
 def _summary(ctx: Context, f: Finding, rerun: RerunPlan | None, fixes: tuple[Any, ...] = ()) -> str:
     """One sentence a person can act on: what failed, where, and what to change."""
+    # where the OOM struck says something of a memory cause, nothing of a set-up mistake or a host failure
     where = f" {_PHASE_WORDS.get(ctx.phase.phase.value, '')}" if ctx.oom is not None and \
-        ctx.phase.phase.value in _PHASE_WORDS else ""
+        ctx.phase.phase.value in _PHASE_WORDS and f.cause not in _NOT_PHASED else ""
     rank = f" on rank {ctx.first_rank}" if ctx.first_rank is not None and len(ctx.ranks) > 1 else ""
     s = f"{f.title}{rank}{where}."
     words = _plan_words(rerun) if rerun is not None else []

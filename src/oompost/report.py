@@ -41,7 +41,8 @@ class OomSummary:
     reserved_unallocated_bytes: int | None
     process_in_use_bytes: int | None
     kind: str = ""
-    limit_source: str = ""                # "allowed" (memory fraction) | "capacity" | "snapshot"
+    limit_source: str = ""                # "allowed" (memory fraction) | "capacity" | "capacity_shared" (less
+                                          # what other processes named in the message hold) | "snapshot" | ...
     message_format: str = ""
     exception: str = ""
     ref: SourceRef | None = None

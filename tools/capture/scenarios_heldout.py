@@ -497,12 +497,12 @@ def fourth_set() -> list[Scenario]:
     s: list[Scenario] = []
 
     # ---------------------------------------------------------------- leak, 24 GiB, Qwen2.5-0.5B, logits list
-    q = ["--model", "qwen2.5-0.5b", "--batch_size", "4", "--seq_len", "1024", "--num_samples", "160",
+    q = ["--model", "qwen2.5-0.5b", "--batch_size", "2", "--seq_len", "512", "--num_samples", "160",
          "--emulate_card", "rtx3090"]
     s.append(Scenario(
         "leak_qwen2.5_0.5b_epoch_logits_3090_24g",
         "Notebook-style fine-tune of a Qwen2.5-0.5B-shaped model on a 24 GB RTX 3090 that keeps every step's "
-        "outputs.logits (4 x 1024 x 151936 in bf16, 1.16 GiB) on the GPU for the epoch's accuracy; memory "
+        "outputs.logits (2 x 512 x 151936 in bf16, 0.29 GiB) on the GPU for the epoch's accuracy; memory "
         "rises by one step's logits per iteration. The same run keeping the argmax on the host completes.",
         {"cause": "leak", "sub_cause": None,
          "why": "allocated memory after each iteration rises by one step's logits until the OOM; keeping "
@@ -515,36 +515,38 @@ def fourth_set() -> list[Scenario]:
         priority=40))
 
     # ---------------------------------------------------------------- activation_spike, 16 GiB T4, Qwen2.5-0.5B
-    a = ["--model", "qwen2.5-0.5b", "--seq_len", "1024", "--steps", "8", "--emulate_card", "t4"]
+    # (plain_loop keeps its held-out loss's graph unless --val_loss_no_grad: that is sample_logs' leak)
+    a = ["--model", "qwen2.5-0.5b", "--seq_len", "1024", "--steps", "8", "--emulate_card", "rtx4090",
+         "--val_loss_no_grad"]
     s.append(Scenario(
-        "activation_spike_qwen2.5_0.5b_plain_loop_t4_16g",
-        "A plain loop (fp32 weights, fp16 autocast, AdamW) fine-tuning a Qwen2.5-0.5B-shaped model on a 16 GB "
-        "T4 at 8 x 1024 tokens: model states take ~8 GiB, and the 151936-wide logits with their fp32 upcast for "
-        "the loss do not fit beside them. The same run at batch 1 completes.",
+        "activation_spike_qwen2.5_0.5b_plain_loop_4090_24g",
+        "A plain loop (fp32 weights, fp16 autocast, AdamW) fine-tuning a Qwen2.5-0.5B-shaped model on a 24 GB "
+        "RTX 4090 at 8 x 1024 tokens: model states take ~8 GiB, and the activations with the 151936-wide logits "
+        "and their fp32 upcast for the loss do not fit beside them. The same run at batch 1 completes.",
         {"cause": "activation_spike", "sub_cause": None,
          "why": "model states fit (batch 1 completes under the same cap); the configured micro-batch's "
                 "activations and logits do not"},
-        Run("python", "plain_loop.py", a + ["--batch_size", "8"], gpu_gib=14.8, host_gib=6, timeout=240,
+        Run("python", "plain_loop.py", a + ["--batch_size", "8"], gpu_gib=23.7, host_gib=6, timeout=240,
             max_entries=10000),
         counterfactuals=[("--batch_size 1 (same cap)",
-                          Run("python", "plain_loop.py", a + ["--batch_size", "1"], gpu_gib=14.8, host_gib=6,
+                          Run("python", "plain_loop.py", a + ["--batch_size", "1"], gpu_gib=23.7, host_gib=6,
                               capture=False, timeout=240))],
         priority=41))
 
     # ---------------------------------------------------------------- capacity, 16 GiB V100, Qwen2.5-1.5B fp32
-    c = ["--model", "qwen2.5-1.5b", "--batch_size", "1", "--seq_len", "256", "--steps", "5",
-         "--emulate_card", "v100-16g"]
+    c = ["--model", "qwen2.5-1.5b", "--steps", "5", "--emulate_card", "v100-16g", "--val_loss_no_grad"]
     s.append(Scenario(
         "capacity_qwen2.5_1.5b_plain_loop_v100_16g",
         "A plain loop (fp32 weights, fp16 autocast, AdamW) fully fine-tuning a Qwen2.5-1.5B-shaped model on a "
-        "16 GB V100 at batch 1 x 256 tokens: 1.54B parameters x 16 bytes of weights, gradients and Adam moments "
-        "(~23 GiB) exceed the card whatever the batch. The same run training LoRA adapters (r=8) completes.",
+        "16 GB V100 at batch 2 x 512 tokens: 1.54B parameters x 16 bytes of weights, gradients and Adam moments "
+        "(~23 GiB) exceed the card whatever the batch. The same run at batch 1 x 32 tokens fails too.",
         {"cause": "capacity", "sub_cause": None,
-         "why": "full fine-tuning's model states exceed the 15.77 GiB cap at batch 1; LoRA, which shrinks the "
-                "model states, completes the same run"},
-        Run("python", "plain_loop.py", c, gpu_gib=15.8, host_gib=8, timeout=240, max_entries=8000),
-        counterfactuals=[("--lora_r 8 (same cap)",
-                          Run("python", "plain_loop.py", c + ["--lora_r", "8"], gpu_gib=15.8, host_gib=8,
-                              capture=False, timeout=240))],
+         "why": "full fine-tuning's model states exceed the 15.27 GiB allowed; batch 1 x 32 tokens runs out of "
+                "memory too"},
+        Run("python", "plain_loop.py", c + ["--batch_size", "2", "--seq_len", "512"], gpu_gib=15.8, host_gib=8,
+            timeout=240, max_entries=8000),
+        counterfactuals=[("--batch_size 1 --seq_len 32 (same cap): oom too",
+                          Run("python", "plain_loop.py", c + ["--batch_size", "1", "--seq_len", "32"], gpu_gib=15.8,
+                              host_gib=8, capture=False, timeout=240))],
         priority=42))
     return s

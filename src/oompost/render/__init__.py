@@ -45,6 +45,8 @@ def cause_title(cause: str) -> str:
 
 def limit_label(oom: "OomSummary | None") -> str:
     """What the OOM limit is: the memory-fraction cap or the card."""
+    if oom is not None and oom.limit_source == "capacity_shared":
+        return "capacity less other processes"
     return "allowed cap" if oom is not None and oom.limit_source == "allowed" else "capacity"
 
 

@@ -75,6 +75,10 @@ def oom_bar(oom: "OomSummary | None") -> OomBar | None:
     alloc = max(0, oom.allocated_bytes or 0)
     unalloc = max(0, oom.reserved_unallocated_bytes or 0)
     limit = oom.limit_bytes if oom.limit_bytes and oom.limit_bytes > 0 else None
+    label = limit_label(oom)
+    if oom.limit_source == "capacity_shared" and oom.capacity_bytes:
+        limit = oom.capacity_bytes          # the bar shows the whole card, the other processes' part in it
+        label = "capacity"
     request = max(0, oom.requested_bytes or 0)
     allowed = oom.limit_source == "allowed"
     other = 0
@@ -95,7 +99,7 @@ def oom_bar(oom: "OomSummary | None") -> OomBar | None:
     parts = [BarPart("alloc", "allocated by PyTorch", alloc),
              BarPart("unalloc", "reserved but unallocated", unalloc),
              BarPart("other", "other memory in use (non-PyTorch, other processes)", other),
-             BarPart("free", f"free (within the {limit_label(oom)})" if allowed else "free on the card", free)]
+             BarPart("free", f"free (within the {label})" if allowed else "free on the card", free)]
     parts = [p for p in parts if p.bytes > 0]
     span = max(float(limit or 0), float(used + free), float(used + request))
     if span <= 0:
@@ -137,20 +141,20 @@ def oom_bar(oom: "OomSummary | None") -> OomBar | None:
     if request:
         legend.append(("req", "the request (tried to allocate)", gib(request)))
     if limit is not None:
-        legend.append(("limit", limit_label(oom), gib(limit)))
+        legend.append(("limit", label, gib(limit)))
     note = ""
     if request and limit is not None:
         over = used + request - limit
         if over > 0:
-            note = f"New memory for the request would end {gib(over)} past the {limit_label(oom)}."
+            note = f"New memory for the request would end {gib(over)} past the {label}."
         elif unalloc >= request:
             note = ("The request is smaller than the reserved-but-unallocated memory: it would fit "
                     "if that memory were one contiguous block.")
         else:
-            note = f"The request would end {gib(-over)} below the {limit_label(oom)}."
+            note = f"The request would end {gib(-over)} below the {label}."
     elif limit is None:
         note = "The OOM message gave no capacity or cap; the bar spans what it did give."
-    return OomBar(Markup("").join(out), tuple(legend), limit_label(oom), limit_pct, req_end_pct,
+    return OomBar(Markup("").join(out), tuple(legend), label, limit_pct, req_end_pct,
                   f"request ends at {gib(used + request)}", note)
 
 

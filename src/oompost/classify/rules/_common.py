@@ -22,6 +22,8 @@ def limit_label(ctx: Context) -> str:
         return "the allowed cap"
     if ctx.limit_source == "capacity":
         return "the GPU's capacity"
+    if ctx.limit_source == "capacity_shared":
+        return "the GPU's capacity less what other processes hold"
     return "the memory limit"
 
 

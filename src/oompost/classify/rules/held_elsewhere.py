@@ -58,6 +58,10 @@ class HeldElsewhere:
         signals = [(f"{share:.0%} of the card is held outside this process's PyTorch allocator", 0.45)]
         if share >= 0.75:
             signals.append(("this process holds less than a quarter of the card", 0.1))
+        named = [(pid, n) for pid, n in ctx.oom.other_processes if n >= MIN_BYTES]
+        if named and ctx.oom.process_in_use_bytes is not None:
+            pid, n = max(named, key=lambda x: x[1])
+            signals.append((f"the message names the other process: {pid} holds {b(n)}", 0.2))
         numbers = (("GPU capacity", b(cap)), ("free at the OOM", b(ctx.oom.free_bytes)),
                    ("held by this process", b(own)), ("held elsewhere", b(elsewhere)))
         return [Finding(
