@@ -198,6 +198,7 @@ Out of memory: Killed process 12345 (python) total-vm:…kB, anon-rss:…kB, fil
     fs = kinds(ev, K.HOST_OOM_KILL)
     assert sorted(f.pid for f in fs) == [2001, 2002, 12345]
     assert "cgroup" in next(f for f in fs if f.pid == 2002).message
+    assert all(f.killer is None for f in fs)         # the kernel's, not Ray's monitor
 
 
 def test_kernel_pid_matches_torchrun_entry():
@@ -438,7 +439,8 @@ RAY_RAYLET = ("(raylet) [2025-04-02 15:02:00,117 E 135782 135782] (raylet) node_
 def test_ray_memory_monitor_kill_is_a_host_oom_not_a_gpu_oom():
     for text in (RAY_TASK_KILLED, RAY_RAYLET):
         ev = parse_text(text)
-        assert kinds(ev, K.HOST_OOM_KILL), text
+        (k,) = kinds(ev, K.HOST_OOM_KILL)
+        assert k.killer == "ray", text
         assert not ev.ooms                   # "OutOfMemoryError" here is the node's RAM, not the GPU's
 
 

@@ -20,6 +20,7 @@ from ..model import Evidence, Failure, OomEvent, Snapshot
 from .phase import Phase, PhaseMatch, classify_frames, user_location
 from .ranks import RankRow, first_failing_rank, rank_table
 from .setup import RunSetup, build_setup
+from .shared_card import other_processes_bytes
 from .steps import StepPoint, step_series
 
 
@@ -99,21 +100,12 @@ def _snapshot_for(ev: Evidence, rank: int | None) -> Snapshot | None:
     return (with_oom or list(ev.snapshots))[0]
 
 
-def _other_processes_bytes(oom: OomEvent) -> int:
-    """What other processes hold on the card, as the message names them ("Process N has X memory in use" next
-    to "this process has Y"): this process can never use it.  0 when the message does not tell them apart."""
-    if oom.process_in_use_bytes is None or not oom.other_processes or oom.capacity_bytes is None:
-        return 0
-    others = sum(b for _, b in oom.other_processes)
-    return others if others < oom.capacity_bytes else 0
-
-
 def _limit(oom: OomEvent | None, snap: Snapshot | None, metrics: Any, ev: Evidence) -> tuple[int | None, str]:
     if oom is not None:
         if oom.allowed_bytes is not None:
             return oom.allowed_bytes, "allowed"
         if oom.capacity_bytes is not None:
-            others = _other_processes_bytes(oom)
+            others = other_processes_bytes(oom)
             if others:
                 return oom.capacity_bytes - others, "capacity_shared"
             return oom.capacity_bytes, "capacity"

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 from ..analysis.phase import Phase
 from ..model import FailureKind, OomKind
+from ..analysis.shared_card import held_elsewhere
 from .base import Cause, Finding, Severity
-from .rules.held_elsewhere import held_elsewhere
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analysis.context import Context
@@ -100,7 +100,7 @@ def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> di
         if o.free_bytes is not None and req and o.allowed_bytes is None:
             f["oom.free_covers_request"] = 1.0 if o.free_bytes >= req else 0.0
         f["oom.other_processes"] = 1.0 if len(o.other_processes) > 1 else 0.0
-        f["oom.held_elsewhere"] = 1.0 if held_elsewhere(ctx) is not None else 0.0
+        f["oom.held_elsewhere"] = 1.0 if held_elsewhere(o) is not None else 0.0
     f["fail.nccl_cuda_oom"] = 1.0 if FailureKind.NCCL_CUDA_OOM in kinds else 0.0
     f["fail.nccl_timeout"] = 1.0 if kinds & {FailureKind.NCCL_TIMEOUT, FailureKind.NCCL_HEARTBEAT} else 0.0
     f["fail.nccl_network"] = 1.0 if kinds & set(_NCCL_NET) else 0.0

@@ -19,6 +19,10 @@ from ..sources import LogLine
 from .base import SentinelParser, memo_by_text, line_rank, ref
 from .nccl import KIND_BY_RESULT, result_from_desc
 
+# Ray's memory monitor kills a worker when the node's RAM passes its threshold, before the kernel would
+_RAY_MONITOR = re.compile(r"killed due to the node running low on memory|killed due to memory pressure \(OOM\)|"
+                          r"RayOutOfMemoryError: More than \d+% of the memory")
+
 # (kind, sentinels, pattern)
 PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     (FailureKind.KILLED, ("Killed",), re.compile(r"(?:^|[\]\s|:])Killed\s*$")),
@@ -32,8 +36,7 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
      re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_kill|OOM[ -]?[Kk]iller|OOMKilled|"
                 r"Memory cgroup out of memory|killed as a result of limit|"
                 # Ray's memory monitor, which kills a worker before the kernel would
-                r"killed due to the node running low on memory|killed due to memory pressure \(OOM\)|"
-                r"RayOutOfMemoryError: More than \d+% of the memory")),
+                + _RAY_MONITOR.pattern)),
     (FailureKind.SHM, ("Bus error", "shared memory", "/dev/shm", "shm"),
      re.compile(r"Bus error|bus error|insufficient shared memory|/dev/shm|shm_open|"
                 r"No space left on device.*shm|unable to (?:open|write to) shared memory")),
@@ -207,8 +210,9 @@ class FailureLineParser(SentinelParser):
             if per_kind.get(kind, 0) >= 5:
                 continue
             per_kind[kind] = per_kind.get(kind, 0) + 1
+            killer = "ray" if kind is FailureKind.HOST_OOM_KILL and _RAY_MONITOR.search(ln.text) else None
             self.out.failures.append(Failure(kind, ref(self.path, ln), line_rank(ln, self.rank_hint),
-                                             message=ln.text.strip()[:500]))
+                                             message=ln.text.strip()[:500], killer=killer))
 
     def _unread_oom(self) -> None:
         """An out-of-memory line that no OOM parser could read still is an OOM (without numbers)."""

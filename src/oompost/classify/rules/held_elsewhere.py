@@ -19,30 +19,9 @@ with ``CUDA_VISIBLE_DEVICES``; stop TensorFlow preallocating
 from __future__ import annotations
 
 from ...analysis.context import Context
+from ...analysis.shared_card import held_elsewhere
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b, oom_refs
-
-GiB = 1 << 30
-SHARE = 0.5          # of the card held outside this process's PyTorch allocator
-MIN_BYTES = 2 * GiB  # more than a CUDA context and a desktop's display ever take
-
-
-def held_elsewhere(ctx: Context) -> tuple[int, int, int] | None:
-    """(bytes held outside this process's PyTorch, the card's capacity, what this process holds) when the
-    OOM message shows the card mostly held elsewhere; None otherwise (or when the numbers are missing, or a
-    memory fraction makes "free" the whole card's)."""
-    o = ctx.oom
-    if o is None or not o.capacity_bytes or o.free_bytes is None or o.allowed_bytes is not None:
-        return None
-    own = o.process_in_use_bytes or o.reserved_bytes
-    if own is None:
-        return None
-    if len(o.other_processes) == 1 and o.process_in_use_bytes is None:
-        own = max(own, o.other_processes[0][1])        # the one process listed may be this one
-    elsewhere = o.capacity_bytes - o.free_bytes - own
-    if elsewhere < MIN_BYTES or elsewhere < SHARE * o.capacity_bytes:
-        return None
-    return elsewhere, o.capacity_bytes, own
 
 
 class HeldElsewhere:
@@ -50,17 +29,16 @@ class HeldElsewhere:
     cause = Cause.CONFIG_ERROR
 
     def evaluate(self, ctx: Context) -> list[Finding]:
-        h = held_elsewhere(ctx)
+        h = held_elsewhere(ctx.oom)
         if h is None:
             return []
-        elsewhere, cap, own = h
+        elsewhere, cap, own = h.elsewhere, h.capacity, h.own
         share = elsewhere / cap
         signals = [(f"{share:.0%} of the card is held outside this process's PyTorch allocator", 0.45)]
         if share >= 0.75:
             signals.append(("this process holds less than a quarter of the card", 0.1))
-        named = [(pid, n) for pid, n in ctx.oom.other_processes if n >= MIN_BYTES]
-        if named and ctx.oom.process_in_use_bytes is not None:
-            pid, n = max(named, key=lambda x: x[1])
+        if h.named:
+            pid, n = max(h.named, key=lambda x: x[1])
             signals.append((f"the message names the other process: {pid} holds {b(n)}", 0.2))
         numbers = (("GPU capacity", b(cap)), ("free at the OOM", b(ctx.oom.free_bytes)),
                    ("held by this process", b(own)), ("held elsewhere", b(elsewhere)))

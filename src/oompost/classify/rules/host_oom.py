@@ -24,9 +24,6 @@ from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b
 
 
-_RAY_MONITOR = "running low on memory"         # ray.exceptions.OutOfMemoryError's text
-
-
 class HostOom:
     code = "HOST001"
     cause = Cause.HOST_OOM
@@ -43,8 +40,7 @@ class HostOom:
         signals: list[tuple[str, float]] = []
         refs = []
         sub = None
-        ray = [f for f in kills if _RAY_MONITOR in f.message or "RayOutOfMemoryError" in f.message
-               or "memory pressure (OOM)" in f.message]
+        ray = [f for f in kills if f.killer == "ray"]
         if ray:
             signals.append(("Ray's memory monitor killed a worker: the node's RAM passed its threshold", 0.8))
             refs += [f.ref for f in ray[:3]]
