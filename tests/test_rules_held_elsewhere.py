@@ -39,9 +39,23 @@ def test_a_card_full_of_the_runs_own_tensors_is_not_held_elsewhere():
     assert HeldElsewhere().evaluate(build_context(parse_text(OWN_TENSORS))) == []
 
 
-def test_under_a_memory_fraction_free_is_the_whole_cards_and_proves_nothing():
-    # the capture of sample_logs/capacity_llama3.2_1b_plain_loop_2080ti: H200 capped to a 2080 Ti's 11 GiB
-    log = Path(__file__).parent.parent / "sample_logs" / "capacity_llama3.2_1b_plain_loop_2080ti" / "run.log"
+def test_of_the_real_captures_only_the_shared_card_is_held_elsewhere():
+    # every sample_logs capture: under a memory fraction "free" is the whole H200's (other captures ran beside
+    # them, up to 29% of the card), and no threshold may turn that into a shared card; the one capture made
+    # with a second process on the card (no fraction) is
+    samples = Path(__file__).parent.parent / "sample_logs"
+    fired = []
+    for d in sorted(p for p in samples.iterdir() if (p / "run.log").exists()):
+        ctx = build_context(parse_paths([str(d / "run.log")]))
+        if HeldElsewhere().evaluate(ctx):
+            fired.append(d.name)
+    assert fired == ["config_error_gpu_held_by_another_process"]
+
+
+def test_a_named_other_process_is_a_signal_and_lowers_the_limit():
+    log = Path(__file__).parent.parent / "sample_logs" / "config_error_gpu_held_by_another_process" / "run.log"
     ctx = build_context(parse_paths([str(log)]))
-    assert ctx.oom is not None and ctx.oom.allowed_bytes is not None
-    assert HeldElsewhere().evaluate(ctx) == []
+    (f,) = HeldElsewhere().evaluate(ctx)
+    assert any("503 holds 120.60 GiB" in s for s, _ in f.signals)
+    assert ctx.limit_source == "capacity_shared"
+    assert round((ctx.oom.capacity_bytes - ctx.limit_bytes) / 2**30, 2) == 120.60

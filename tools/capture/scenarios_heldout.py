@@ -514,7 +514,7 @@ def fourth_set() -> list[Scenario]:
                               host_gib=6, capture=False, timeout=240))],
         priority=40))
 
-    # ---------------------------------------------------------------- activation_spike, 16 GiB T4, Qwen2.5-0.5B
+    # ---------------------------------------------------------------- activation_spike, 24 GiB 4090, Qwen2.5-0.5B
     # (plain_loop keeps its held-out loss's graph unless --val_loss_no_grad: that is sample_logs' leak)
     a = ["--model", "qwen2.5-0.5b", "--seq_len", "1024", "--steps", "8", "--emulate_card", "rtx4090",
          "--val_loss_no_grad"]
