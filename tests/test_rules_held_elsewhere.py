@@ -59,3 +59,12 @@ def test_a_named_other_process_is_a_signal_and_lowers_the_limit():
     assert any("503 holds 120.60 GiB" in s for s, _ in f.signals)
     assert ctx.limit_source == "capacity_shared"
     assert round((ctx.oom.capacity_bytes - ctx.limit_bytes) / 2**30, 2) == 120.60
+
+
+def test_what_would_settle_it_asks_for_step_lines_only_for_a_memory_cause():
+    shared = report_from_evidence(parse_paths([str(SHARED_A6000)]))
+    assert shared.cause == "config_error"
+    assert not any("per-step" in s for s in shared.primary.settle)
+    own = report_from_evidence(parse_text(OWN_TENSORS))
+    assert own.cause not in ("config_error", "host_oom", "nccl_error")
+    assert any("per-step" in s for s in own.primary.settle)

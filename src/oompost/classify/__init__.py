@@ -55,7 +55,7 @@ def classify(ctx: Context) -> tuple[Finding, ...]:
         advice.extend(_run(rule, ctx, advice))
     feats = extract(ctx, causes)
     v = decide(feats, impossible_causes(ctx))
-    settle = tuple(missing_evidence(ctx))
+    settle = tuple(missing_evidence(ctx, v.cause))
     if v.cause is Cause.UNKNOWN:
         primary = FALLBACK.evaluate(ctx)[0]
         causes.append(primary)

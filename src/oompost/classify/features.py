@@ -159,14 +159,16 @@ def has_failure(f: dict[str, float]) -> bool:
     return f["fail.none"] == 0.0
 
 
-def missing_evidence(ctx: "Context") -> list[str]:
-    """What would settle the verdict, in the order a user can most cheaply provide it."""
+def missing_evidence(ctx: "Context", cause: Cause | None = None) -> list[str]:
+    """What would settle the verdict, in the order a user can most cheaply provide it.  Per-step memory
+    lines tell a leak from a spike: they settle nothing for a set-up, host or NCCL verdict."""
+    memory_cause = cause not in (Cause.CONFIG_ERROR, Cause.HOST_OOM, Cause.NCCL_ERROR)
     out = []
     if ctx.snapshot is None and ctx.oom is not None:
         out.append("a memory snapshot of the OOM (python -m oompost.record -o DIR -- train.py ...)")
     if not ctx.setup.ds_config and ctx.setup.deepspeed:
         out.append("the ds_config.json")
-    if not ctx.steps and ctx.oom is not None and not ctx.is_serving:
+    if not ctx.steps and ctx.oom is not None and not ctx.is_serving and memory_cause:
         out.append("per-step memory lines (torch.cuda.memory_allocated() each step), to tell a leak from a spike")
     if ctx.oom is not None and not ctx.oom.stack.frames and ctx.phase.phase is Phase.UNKNOWN:
         out.append("the full traceback of the first failing rank (the frames say which phase failed)")
