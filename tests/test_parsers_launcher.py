@@ -452,3 +452,24 @@ def test_ray_kill_gets_a_host_verdict_naming_the_monitor():
     (f,) = [f for f in r.findings if f.code == "HOST001"]
     assert "Ray's memory monitor" in f.detail
     assert not any("zero.Init" in x.key for x in f.fixes)      # no DeepSpeed in sight
+
+
+# https://github.com/deepspeedai/DeepSpeed/issues/4571 (dev): the excerpt ends with DeepSpeed's host-RAM line and
+# the launcher killing its ranks; nothing else failed
+DS_SILENT_KILL = ("[2024-01-22 16:50:44,316] [INFO] [utils.py:799:see_memory_usage] CPU Virtual Memory: used = 26.4 GB, "
+                  "percent = 84.6%\n"
+                  "[2024-01-22 16:50:49,553] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 1080504\n")
+
+
+def test_a_silent_launcher_kill_is_a_failure_and_weighs_for_the_host():
+    from oompost.analysis.context import build_context
+    from oompost.classify.features import extract, has_failure
+    from oompost.classify.rules.host_oom import HostOom
+
+    ctx = build_context(parse_text(DS_SILENT_KILL))
+    assert ctx.silent_kill is not None
+    assert has_failure(extract(ctx, []))                         # not "no failure in the inputs"
+    (f,) = HostOom().evaluate(ctx)
+    assert [w for _, w in f.signals] == [0.45, 0.15]              # the silent kill, then host RAM at 85 %
+    # a kill after a real failure is that failure's consequence, not a silent death
+    assert build_context(parse_text(RAY_TASK_KILLED + DS_SILENT_KILL)).silent_kill is None

@@ -368,3 +368,53 @@ def test_incompatible_loader_options_are_a_config_error():
             "argument at the same time.")
     assert FailureKind.CONFIG_VALIDATION in kinds(line)
     assert kinds("ValueError: too many values to unpack (expected 2)\n") == {FailureKind.PYTHON_EXCEPTION}
+
+
+# Host memory through Python and numpy (all from dev cases): numpy's array allocation, a bare MemoryError
+# https://github.com/vwxyzjn/cleanrl/issues/453
+NUMPY_OOM = ("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 26.3 GiB for an array with shape (1000000, 1, "
+             "4, 84, 84) and data type uint8\n")
+# https://github.com/tambetm/simple_dqn/issues/14
+BARE_MEMORY_ERROR = ("    self.screens = np.empty((self.size, args.screen_height, args.screen_width), dtype = np.uint8)\n"
+                     "MemoryError\n")
+
+
+def test_numpy_and_python_memory_errors_are_host_ooms():
+    from oompost.model import OomKind
+
+    (o,) = parse_text(NUMPY_OOM).ooms
+    assert o.kind is OomKind.HOST and round(o.requested_bytes / 2**30, 1) == 26.3
+    (o,) = parse_text(BARE_MEMORY_ERROR).ooms
+    assert o.kind is OomKind.HOST and o.requested_bytes is None
+    # torch's and Ray's OutOfMemoryError end in "MemoryError" but are neither
+    assert parse_text("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB\n").ooms[0].kind \
+        is not OomKind.HOST
+
+
+# https://github.com/Comfy-Org/ComfyUI/issues/8984 (dev): Apple MPS states its allocation, the rest and its limit
+MPS_OOM = ("MPS backend out of memory (MPS allocated: 15.72 GiB, other allocations: 2.41 MiB, max allowed: 18.13 GiB). "
+           "Tried to allocate 5.81 GiB on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit "
+           "for memory allocations (may cause system failure).\n")
+
+
+def test_mps_message_figures():
+    (o,) = parse_text(MPS_OOM).ooms
+    assert o.message_format == "MPS"
+    assert [round(x / 2**30, 2) for x in (o.requested_bytes, o.allocated_bytes, o.capacity_bytes)] == [5.81, 15.72, 18.13]
+    assert round(o.free_bytes / 2**30, 2) == 2.41          # max allowed - allocated - other allocations
+
+
+# https://github.com/open-mmlab/mmsegmentation/issues/308 (dev): a zh_CN shell's "Killed" glued to a progress bar
+ZH_KILLED = ("2020-12-18 19:56:07,472 - mmseg - INFO - Saving checkpoint at 4000 iterations [>>>>>>>>>>>>>>>>>>>>>>>>>>>>>"
+             ">>>>>>>>>>>> ] 3217/3849, 4.0 task/s, elapsed: 799s, ETA: 157s已杀死\n")
+# https://github.com/microsoft/SpareNet/issues/3 (dev): the caching host allocator is pinned host memory
+THC_HOST = ("> THCudaCheck FAIL file=/opt/conda/conda-bld/pytorch_1616554800319/work/aten/src/THC/"
+            "THCCachingHostAllocator.cpp line=278 error=2 : out of memory\n")
+
+
+def test_localised_killed_and_the_caching_host_allocator_are_host_failures():
+    from oompost.model import FailureKind
+
+    assert [f.kind for f in parse_text(ZH_KILLED).failures] == [FailureKind.KILLED]
+    ev = parse_text(THC_HOST)
+    assert [f.kind for f in ev.failures] == [FailureKind.PINNED_HOST] and not ev.ooms

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..estimate.memory import Estimate, TrainSetup, estimate
 from ..estimate.models import ModelSpec, spec_from_param_count
-from ..model import Evidence, Failure, OomEvent, Snapshot
+from ..model import Evidence, Failure, Fact, OomEvent, Snapshot
 from .phase import Phase, PhaseMatch, classify_frames, user_location
 from .ranks import RankRow, first_failing_rank, rank_table
 from .setup import RunSetup, build_setup
@@ -48,6 +48,16 @@ class Context:
     # ---- convenience for rules
     def failures_of(self, *kinds: Any) -> tuple[Failure, ...]:
         return tuple(f for f in self.evidence.failures if f.kind in kinds)
+
+    @property
+    def silent_kill(self) -> Fact | None:
+        """The launcher's "Killing subprocess N" with nothing else failing anywhere (no OOM, no failure line,
+        no exit code): a rank died without a word, which is how the kernel's OOM killer looks from the log.
+        The first such line's fact, else None."""
+        ev = self.evidence
+        if ev.ooms or ev.failures or any(e.exitcode not in (0, None) for e in ev.exits):
+            return None
+        return ev.fact("launcher.killed_pid")
 
     @property
     def is_serving(self) -> bool:

@@ -45,7 +45,7 @@ FEATURES = (
     "oom.other_processes", "oom.cuda_error_text", "oom.lib_workspace", "oom.allocated_exceeds_capacity",
     "oom.small_card", "oom.held_elsewhere",
     "fail.nccl_cuda_oom", "fail.nccl_timeout", "fail.nccl_network", "fail.host", "fail.sigkill",
-    "fail.config", "fail.duplicate_gpu", "fail.python_exception", "fail.none",
+    "fail.config", "fail.duplicate_gpu", "fail.python_exception", "fail.launcher_kill", "fail.none",
     "phase.model_state", "phase.optimizer_step", "phase.activation", "phase.loss", "phase.generation",
     "phase.comm", "phase.checkpoint_load", "phase.retained_outputs", "phase.unknown",
     "cue.model_loading", "cue.training_progress", "cue.evaluation", "cue.serving", "cue.generation",
@@ -110,7 +110,8 @@ def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> di
     f["fail.config"] = 1.0 if FailureKind.CONFIG_VALIDATION in kinds else 0.0
     f["fail.duplicate_gpu"] = 1.0 if FailureKind.DUPLICATE_GPU in kinds else 0.0
     f["fail.python_exception"] = 1.0 if FailureKind.PYTHON_EXCEPTION in kinds else 0.0
-    f["fail.none"] = 1.0 if o is None and not kinds and not any(
+    f["fail.launcher_kill"] = 1.0 if ctx.silent_kill is not None else 0.0
+    f["fail.none"] = 1.0 if o is None and not kinds and not f["fail.launcher_kill"] and not any(
         getattr(e, "exitcode", 0) not in (0, None) for e in ev.exits) and ev.fact("cue.memory_growing") is None \
         and not ctx.steps else 0.0
     ph = ctx.phase.phase

@@ -26,6 +26,9 @@ _RAY_MONITOR = re.compile(r"killed due to the node running low on memory|killed 
 # (kind, sentinels, pattern)
 PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     (FailureKind.KILLED, ("Killed",), re.compile(r"(?:^|[\]\s|:])Killed\s*$")),
+    # the shell's "Killed" in other locales (glibc's strsignal(SIGKILL)), often glued to a progress bar
+    (FailureKind.KILLED, ("已杀死", "已殺死", "強制終了", "Getötet", "Убито", "죽었음"),
+     re.compile(r"(?:已杀死|已殺死|強制終了|Getötet|Убито|죽었음)\s*$")),
     (FailureKind.SIGKILL, ("-9", "137", "SIGKILL", "signal 9", "Signal 9"),
      re.compile(r"exitcode\s*:\s*-9\b|return code\s*=?\s*-9\b|exit(?:ed with)? (?:code|status):? 137\b|"
                 r"Signal 9 \(SIGKILL\)|SIGKILL|killed by signal 9|signal 9\b|exit code: -9\b|exited with code -9|"
@@ -40,8 +43,10 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     (FailureKind.SHM, ("Bus error", "shared memory", "/dev/shm", "shm"),
      re.compile(r"Bus error|bus error|insufficient shared memory|/dev/shm|shm_open|"
                 r"No space left on device.*shm|unable to (?:open|write to) shared memory")),
-    (FailureKind.PINNED_HOST, ("cudaHostAlloc", "pin_memory", "pinned", "on host"),
+    (FailureKind.PINNED_HOST, ("cudaHostAlloc", "pin_memory", "pinned", "on host", "CachingHostAllocator"),
      re.compile(r"cudaHostAlloc|(?:pin_memory|pinned memory|pinned host memory).*(?:out of memory|failed|error)|"
+                # the caching host allocator (THC's, then c10's) is PyTorch's pool of pinned host memory
+                r"CachingHostAllocator.*out of memory|"
                 r"could not allocate pinned host memory|on host: CUDA_ERROR_OUT_OF_MEMORY")),
     # a communication library that could not allocate device memory: NCCL's "Cuda failure 2 'out of
     # memory'" quoted inside another runtime's message (XLA's "Last NCCL warning(error) log entry"),

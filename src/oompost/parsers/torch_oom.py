@@ -11,7 +11,8 @@
 - ROCm "HIP out of memory" in either shape; ``backend:cudaMallocAsync``'s
   multi-line "would exceed allowed memory" block; raw ``CUDA error: out of
   memory``; cuBLAS/cuDNN/cuSOLVER/cuFFT allocation failures; the host
-  ``DefaultCPUAllocator``; Apple MPS.
+  ``DefaultCPUAllocator``, numpy's ``Unable to allocate X for an array`` and Python's
+  ``MemoryError`` (host memory); Apple MPS (with its allocated / other / max-allowed figures).
 
 Clauses are matched one by one, so their order and presence may vary.
 "Tried to allocate" is the segment-rounded size, kept as printed.
@@ -28,7 +29,8 @@ from .base import EvidenceBuilder, TracebackTracker, line_rank, literal_trigger,
 
 _SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
 
-TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE",
+TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE", "MemoryError",
+            "Unable to allocate",
             "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory",
             "while trying to allocate", "memory has been allocated")
 
@@ -56,6 +58,14 @@ LIB_ALLOC = re.compile(r"(?P<lib>CUBLAS|CUDNN|CUSOLVER|CUFFT)_(?:STATUS_)?(?:ALL
 HOST_ALLOC = re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate "
                         r"(?P<n>\d+) bytes")
 MPS = re.compile(r"MPS backend out of memory")
+# Apple MPS: "MPS backend out of memory (MPS allocated: 6.04 GB, other allocations: 1.04 GB, max allowed: 6.77 GB).
+# Tried to allocate 459.07 MB on private pool."
+MPS_FIGURES = re.compile(rf"MPS allocated: (?P<alloc>{_SZ}), other allocations: (?P<other>{_SZ}), max allowed: "
+                         rf"(?P<max>{_SZ})\)\.? Tried to allocate (?P<req>{_SZ})")
+# host memory through Python / numpy: "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 26.3 GiB for an
+# array with shape (1000000, 1, 4, 84, 84) and data type uint8", or a bare "MemoryError" (exactly that class)
+NUMPY_ALLOC = re.compile(r"Unable to allocate (?P<num>\d+(?:\.\d*)?) ?(?P<unit>[KMGTPE]i?B) for an array with shape")
+PY_MEMORY_ERROR = re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*_?(?:Array)?MemoryError\b(?:\s*$|:)")
 # PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
 # been allocated and available memory is only 3.625000MB."
 PADDLE = re.compile(rf"Cannot allocate (?P<req>{_SZ}) memory on GPU (?P<dev>\d+), (?P<alloc>{_SZ}) memory has been "
@@ -156,6 +166,18 @@ class TorchOomParser:
         m_exc = EXC_PREFIX.match(text)
         exc = m_exc.group("exc") if m_exc else ""
         stack = self._stack(rank)
+        if MPS.search(text):
+            m = MPS_FIGURES.search(text)
+            if m is None:
+                return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, exception=exc, message_format="MPS",
+                                stack=stack, truncated=True)
+            alloc, other, most = (parse_size_or_none(m.group(k)) for k in ("alloc", "other", "max"))
+            free = max(0, most - alloc - other) if None not in (alloc, other, most) else None
+            # "max allowed" is the limit the process may use (the high-watermark ratio of unified memory)
+            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=parse_size_or_none(m.group("req")),
+                            capacity_bytes=most, free_bytes=free, allocated_bytes=alloc,
+                            process_in_use_bytes=(alloc + other) if alloc is not None and other is not None else None,
+                            exception=exc, message_format="MPS", stack=stack)
         m_req = REQUEST.search(text)
         if m_req and ("out of memory" in text or "OutOfMemory" in text or "total capacity" in text
                       or "total capac" in text):
@@ -185,8 +207,14 @@ class TorchOomParser:
             return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=int(m.group("req")),
                             capacity_bytes=int(m.group("total")), free_bytes=int(m.group("free")), exception=exc,
                             message_format="bytes (free, total)", stack=stack, truncated=True)
-        if MPS.search(text):
-            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, exception=exc, message_format="MPS", stack=stack)
+        m = NUMPY_ALLOC.search(text)
+        if m:
+            return OomEvent(OomKind.HOST, ref(self.path, ln), rank, None,
+                            requested_bytes=parse_size_or_none(f"{float(m.group('num'))} {m.group('unit')}"),
+                            exception=exc or "MemoryError", message_format="numpy", stack=stack)
+        if PY_MEMORY_ERROR.match(text):
+            return OomEvent(OomKind.HOST, ref(self.path, ln), rank, None, exception=exc or "MemoryError",
+                            message_format="MemoryError", stack=stack, truncated=True)
         if "CUDA out of memory" in text or "HIP out of memory" in text:
             # e.g. a message cut before "Tried to allocate"
             kind = OomKind.HIP if "HIP" in text else OomKind.CACHING_ALLOCATOR

@@ -2,7 +2,8 @@
 
 **Cause**  The Linux OOM killer (or a container/Slurm cgroup limit, or Ray's
 memory monitor, which kills a worker when the node's RAM passes a threshold) sends
-SIGKILL: the rank vanishes with exit code −9 / 137 and no Python traceback.
+SIGKILL: the rank vanishes with exit code −9 / 137 and no Python traceback (an
+excerpt may show only DeepSpeed's launcher then "Killing subprocess" the others).
 ``DefaultCPUAllocator: can't allocate memory`` is the same on the torch side;
 a pinned-memory allocation can fail as ``CUDA error: out of memory``; an
 exhausted ``/dev/shm`` kills DataLoader workers with a bus error.  ZeRO
@@ -37,6 +38,7 @@ class HostOom:
         host_ooms = [o for o in ev.ooms if o.kind is OomKind.HOST]
         pinned = [o for o in ev.ooms if o.kind is OomKind.CUDA_ERROR and
                   (ctx.phase.phase is Phase.PIN_MEMORY or any("pin_memory" in fr.name for fr in o.stack.frames))]
+        pinned += ctx.failures_of(FailureKind.PINNED_HOST)          # cudaHostAlloc / the caching host allocator
         signals: list[tuple[str, float]] = []
         refs = []
         sub = None
@@ -58,6 +60,15 @@ class HostOom:
             signals.append(("/dev/shm was exhausted", 0.75))
             refs += [f.ref for f in shm[:2]]
             sub = "shm"
+        silent = ctx.silent_kill
+        if silent is not None:
+            signals.append(("the launcher killed its ranks after one died without a traceback or error anywhere",
+                            0.45))
+            refs.append(silent.ref)
+            pct = ev.fact_value("host.percent")
+            if isinstance(pct, (int, float)) and pct >= 80:
+                signals.append((f"DeepSpeed reported host RAM {pct:.0f}% used before the kill", 0.15))
+                refs.append(ev.fact("host.percent").ref)
         if sigkills and not gpu_ooms:
             signals.append(("a rank was SIGKILLed (-9) with no CUDA OOM anywhere", 0.6 if not kills else 0.1))
             refs += [f.ref for f in sigkills[:2]]
