@@ -449,3 +449,30 @@ def test_pynccl_error_text_names_the_nccl_result_and_advice_is_no_oom():
     ev = parse_text(VLLM_PYNCCL)
     assert not ev.ooms
     assert [f.kind for f in ev.failures] == [FailureKind.NCCL_INVALID_USAGE]
+
+
+# the same thread's NCCL WARN lines, one per worker process: the warning names why the pynccl call failed
+_WARN = ("hostname:{pid}:{pid} [{dev}] misc/strongstream.cc:53 NCCL WARN NCCL cannot be captured in a graph if either "
+         "it wasn't built with CUDA runtime >= 11.3 or if the installed CUDA driver < R465.\n")
+_PYNCCL_ERROR = VLLM_PYNCCL.splitlines(keepends=True)[1]
+
+
+def test_pynccl_error_carries_the_warning_of_its_own_process():
+    from oompost.parsers import parse_text
+
+    # the thread's order: worker 116024's WARN, worker 116058's WARN, then 116058's error
+    (f,) = parse_text(_WARN.format(pid=116024, dev=0) + _WARN.format(pid=116058, dev=1) + _PYNCCL_ERROR).failures
+    assert f.last_error.startswith("NCCL cannot be captured in a graph") and f.last_error_ref.line == 2
+    # the two WARN lines swapped (an order arranged here): still the failing process's own warning
+    (f,) = parse_text(_WARN.format(pid=116058, dev=1) + _WARN.format(pid=116024, dev=0) + _PYNCCL_ERROR).failures
+    assert f.last_error_ref.line == 1
+
+
+def test_the_nccl_verdict_cites_the_warning():
+    from oompost.parsers import parse_text
+    from oompost.pipeline import report_from_evidence
+
+    r = report_from_evidence(parse_text(_WARN.format(pid=116058, dev=1) + _PYNCCL_ERROR))
+    assert r.cause == "nccl_error"
+    assert "cannot be captured in a graph" in r.primary.detail
+    assert [e.line for e in r.primary.evidence] == [2, 1]

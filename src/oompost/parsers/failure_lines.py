@@ -124,6 +124,7 @@ _ADVICE = re.compile(r"[Ii]f you (?:are |were |still |keep )?(?:run(?:ning)?|get
                      r"encounter(?:ing)?|experienc\w*|fac(?:e|ing)) (?:an? |into |the )?(?:CUDA |GPU )?"
                      r"(?:out of memory|OOM)|to (?:avoid|prevent) (?:running |going )?(?:CUDA |GPU )?out of memory|"
                      r"how to address the out of memory issue")
+_WARNS_KEPT = 50
 _OOM_LIT = re.compile("|".join(re.escape(s) for s in _OOM_SENTINELS))
 _COMPILED = tuple((kind, re.compile("|".join(re.escape(s) for s in sents)), pat) for kind, sents, pat in PATTERNS)
 
@@ -186,6 +187,7 @@ class FailureLineParser(SentinelParser):
         self._found: list[tuple[FailureKind, LogLine]] = []
         self._oom: LogLine | None = None
         self._chain: list[tuple[FailureKind, LogLine]] = []     # NCCL INFO "file.cc:N -> code" lines
+        self._warns: list[LogLine] = []                          # the last NCCL WARN lines (they name the reason)
 
     def feed(self, ln: LogLine) -> None:
         is_oom, kind, chain = _classify(ln.text)
@@ -193,6 +195,8 @@ class FailureLineParser(SentinelParser):
             self._oom = ln
         if kind is not None:
             (self._chain if chain else self._found).append((kind, ln))
+        if "NCCL WARN" in ln.text:
+            self._warns = [*self._warns[-(_WARNS_KEPT - 1):], ln]
 
     def finish(self) -> None:
         self._unread_oom()
@@ -216,8 +220,22 @@ class FailureLineParser(SentinelParser):
                 continue
             per_kind[kind] = per_kind.get(kind, 0) + 1
             killer = "ray" if kind is FailureKind.HOST_OOM_KILL and _RAY_MONITOR.search(ln.text) else None
-            self.out.failures.append(Failure(kind, ref(self.path, ln), line_rank(ln, self.rank_hint),
-                                             message=ln.text.strip()[:500], killer=killer))
+            warn = self._warn_before(ln) if _family(kind) == "nccl" else None
+            self.out.failures.append(Failure(
+                kind, ref(self.path, ln), line_rank(ln, self.rank_hint), message=ln.text.strip()[:500],
+                killer=killer, last_error=warn.text.split("NCCL WARN", 1)[1].strip()[:500] if warn else None,
+                last_error_ref=ref(self.path, warn) if warn else None))
+
+    def _warn_before(self, ln: LogLine) -> LogLine | None:
+        """The last NCCL WARN before an NCCL failure line that does not say why itself (vLLM's "NCCL error:
+        invalid usage"), preferring one of the same process id when the lines carry one."""
+        before = [w for w in self._warns if w.lineno < ln.lineno]
+        if not before or "NCCL WARN" in ln.text:
+            return None
+        pids = set(re.findall(r"\bpid[= ](\d+)|:(\d+):\d+ \[", ln.raw))
+        pid = {p for pair in pids for p in pair if p}
+        same = [w for w in before if any(f":{p}:" in w.raw for p in pid)]
+        return (same or before)[-1]
 
     def _unread_oom(self) -> None:
         """An out-of-memory line that no OOM parser could read still is an OOM (without numbers)."""

@@ -63,10 +63,12 @@ class NcclError:
         elif kind is FailureKind.NCCL_REMOTE:
             fixes.insert(0, Fix("code", "read the peer's log", "the host named in 'Connection closed by remote peer'",
                                 "a remote error is the victim's view of another rank's death"))
+        cited = (f.ref,) if f.last_error_ref is None or f.last_error_ref == f.ref else (f.ref, f.last_error_ref)
+        why = f" NCCL's last warning before it: {f.last_error[:300]}" if f.last_error else ""
         return [Finding(
-            self.code, self.cause, title, confidence(signals), evidence=(f.ref,), fixes=tuple(fixes),
+            self.code, self.cause, title, confidence(signals), evidence=cited, fixes=tuple(fixes),
             not_fixes=(NotAFix("memory settings", "no rank ran out of memory"),
                        NotAFix("NCCL_P2P_DISABLE=1", "changes the transport, not a stuck rank")),
             signals=tuple(signals), numbers=tuple(numbers),
-            detail=f"{f.message[:300] or title}. No rank reports an out-of-memory error, so this is a "
+            detail=f"{f.message[:300] or title}.{why} No rank reports an out-of-memory error, so this is a "
                    "distributed failure, not a memory one.", sub_cause=sub)]
