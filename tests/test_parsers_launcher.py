@@ -473,3 +473,20 @@ def test_a_silent_launcher_kill_is_a_failure_and_weighs_for_the_host():
     assert [w for _, w in f.signals] == [0.45, 0.15]              # the silent kill, then host RAM at 85 %
     # a kill after a real failure is that failure's consequence, not a silent death
     assert build_context(parse_text(RAY_TASK_KILLED + DS_SILENT_KILL)).silent_kill is None
+
+
+# https://github.com/OpenRLHF/OpenRLHF/issues/911 (dev): the excerpt keeps only the end of Ray's kill report,
+# whose pointer to the OOM-prevention page is printed with every kill
+RAY_REPORT_TAIL = ("(ActorModelRayActor pid=8249) Refer to the documentation on how to address the out of memory issue: "
+                   "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning more "
+                   "memory on this node or reducing task parallelism by requesting more CPUs per task. Set max_restarts "
+                   "and max_task_retries to enable retry when the task crashes due to OOM. To adjust the kill threshold, "
+                   "set the environment variable `RAY_memory_usage_threshold` when starting Ray. To disable worker "
+                   "killing, set the environment variable `RAY_memory_monitor_refresh_ms` to zero.\n")
+
+
+def test_the_tail_of_rays_kill_report_is_a_ray_host_kill_not_an_oom():
+    ev = parse_text(RAY_REPORT_TAIL)
+    assert not ev.ooms
+    (k,) = kinds(ev, K.HOST_OOM_KILL)
+    assert k.killer == "ray"

@@ -68,3 +68,4 @@ def test_what_would_settle_it_asks_for_step_lines_only_for_a_memory_cause():
     own = report_from_evidence(parse_text(OWN_TENSORS))
     assert own.cause not in ("config_error", "host_oom", "nccl_error")
     assert any("per-step" in s for s in own.primary.settle)
+

@@ -49,3 +49,25 @@ def test_a_server_is_not_asked_for_training_evidence_or_told_about_offload():
     r = _report("huggingface__text-generation-inference__563")
     assert not any("per-step" in s for s in r.primary.settle)
     assert not any("offload" in n.what for n in r.primary.not_fixes)
+
+
+# vLLM's start-up checks (dev cases): the card taken before the engine starts, a KV cache smaller than one sequence
+# https://github.com/vllm-project/vllm-omni/issues/276
+VLLM_OCCUPIED = ("ValueError: Free memory on device (0.49/79.32 GiB) on startup is less than desired GPU memory "
+                 "utilization (0.6, 47.59 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
+                 "processes.\n")
+# https://github.com/xusenlinzy/api-for-open-llm/issues/225
+VLLM_KV = ("The model's max seq len (8192) is larger than the maximum number of tokens that can be stored in KV cache "
+           "(4512). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.\n")
+
+
+def test_vllm_start_up_checks_are_config_errors_naming_their_setting():
+    from oompost.parsers import parse_text
+    from oompost.pipeline import report_from_evidence
+
+    occ = report_from_evidence(parse_text(VLLM_OCCUPIED))
+    assert occ.cause == "config_error" and occ.primary.sub_cause == "card_occupied"
+    assert "0.49/79.32 GiB" in occ.primary.fixes[0].why
+    kv = report_from_evidence(parse_text(VLLM_KV))
+    assert kv.cause == "config_error" and kv.primary.sub_cause == "kv_cache_too_small"
+    assert kv.primary.fixes[0].key == "max_model_len" and "8192" in kv.primary.fixes[0].why

@@ -14,14 +14,31 @@ from __future__ import annotations
 
 import re
 
-from ..model import Failure, FailureKind
+from ..model import ConfigIssue, Failure, FailureKind
 from ..sources import LogLine
 from .base import SentinelParser, memo_by_text, line_rank, ref
 from .nccl import KIND_BY_RESULT, result_from_desc
 
 # Ray's memory monitor kills a worker when the node's RAM passes its threshold, before the kernel would
 _RAY_MONITOR = re.compile(r"killed due to the node running low on memory|killed due to memory pressure \(OOM\)|"
-                          r"RayOutOfMemoryError: More than \d+% of the memory")
+                          r"RayOutOfMemoryError: More than \d+% of the memory|"
+                          # the kill report's pointer to Ray's OOM-prevention page (printed with every kill)
+                          r"docs\.ray\.io/\S*ray-oom-prevention")
+
+# vLLM's start-up checks, with the setting each one names
+_VLLM_CHECKS = ((re.compile(r"Free memory on device \((?P<v>[\d.]+/[\d.]+ GiB)\) on startup is less than desired "
+                            r"GPU memory utilization"), "gpu_memory_utilization", "vllm_card_occupied"),
+                (re.compile(r"max seq len \((?P<v>\d+)\) is larger than the maximum number of tokens that can be "
+                            r"stored in KV cache"), "max_model_len", "vllm_kv_cache_too_small"))
+
+
+def _vllm_check(text: str) -> ConfigIssue | None:
+    for pat, key, what in _VLLM_CHECKS:
+        m = pat.search(text)
+        if m:
+            return ConfigIssue(key=key, error_type=what, input_value=m.group("v"))
+    return None
+
 
 # (kind, sentinels, pattern)
 PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
@@ -35,7 +52,7 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                 r"exit status:? (?:-9|137)\b")),
     (FailureKind.HOST_OOM_KILL, ("Out of memory", "oom-kill", "oom_kill", "OOM killer", "oom killer",
                                  "OOMKilled", "memory cgroup", "running low on memory", "memory pressure (OOM)",
-                                 "RayOutOfMemoryError"),
+                                 "RayOutOfMemoryError", "ray-oom-prevention"),
      re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_kill|OOM[ -]?[Kk]iller|OOMKilled|"
                 r"Memory cgroup out of memory|killed as a result of limit|"
                 # Ray's memory monitor, which kills a worker before the kernel would
@@ -82,6 +99,10 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     (FailureKind.CONFIG_VALIDATION, ("ValidationError", "validation error", "not permitted", "Extra inputs"),
      re.compile(r"ValidationError|validation errors? for \w+|extra fields not permitted|"
                 r"Extra inputs are not permitted")),
+    # vLLM's start-up checks: the card is already taken, or the KV cache cannot hold one max-length sequence
+    (FailureKind.CONFIG_VALIDATION, ("desired GPU memory utilization", "stored in KV cache"),
+     re.compile(r"on startup is less than desired GPU memory utilization|"
+                r"is larger than the maximum number of tokens that can be stored in KV cache")),
     (FailureKind.DUPLICATE_GPU, ("Duplicate GPU", "same GPU", "invalid device ordinal"),
      re.compile(r"Duplicate GPU detected|on the same GPU|invalid device ordinal")),
     (FailureKind.CONFIG_VALIDATION, ("compiled without GPU", "without GPU support", "No CUDA GPUs",
@@ -221,10 +242,11 @@ class FailureLineParser(SentinelParser):
             per_kind[kind] = per_kind.get(kind, 0) + 1
             killer = "ray" if kind is FailureKind.HOST_OOM_KILL and _RAY_MONITOR.search(ln.text) else None
             warn = self._warn_before(ln) if _family(kind) == "nccl" else None
+            config = _vllm_check(ln.text) if kind is FailureKind.CONFIG_VALIDATION else None
             self.out.failures.append(Failure(
                 kind, ref(self.path, ln), line_rank(ln, self.rank_hint), message=ln.text.strip()[:500],
                 killer=killer, last_error=warn.text.split("NCCL WARN", 1)[1].strip()[:500] if warn else None,
-                last_error_ref=ref(self.path, warn) if warn else None))
+                last_error_ref=ref(self.path, warn) if warn else None, config=config))
 
     def _warn_before(self, ln: LogLine) -> LogLine | None:
         """The last NCCL WARN before an NCCL failure line that does not say why itself (vLLM's "NCCL error:
@@ -269,5 +291,7 @@ class FailureLineParser(SentinelParser):
             if f.kind is FailureKind.PYTHON_EXCEPTION and f.ref.source == self.path and f.ref.line in mine:
                 kind = mine[f.ref.line]
                 if (_family(kind), f.rank) not in have:
-                    self.out.failures[i] = dataclasses.replace(f, kind=kind)
+                    config = (_vllm_check(f.ref.text or f.message) or f.config) \
+                        if kind is FailureKind.CONFIG_VALIDATION else f.config
+                    self.out.failures[i] = dataclasses.replace(f, kind=kind, config=config)
                     have.add((_family(kind), f.rank))

@@ -6,7 +6,8 @@ is created: an unknown key inside ``zero_optimization``, a non-integral size
 ``"auto"``, or ``train_batch_size ≠ micro × accumulation × world size`` raise
 before any memory is used.  Two ranks on one GPU (``Duplicate GPU detected``)
 and an unknown ``PYTORCH_CUDA_ALLOC_CONF`` key (or a value under the allocator's minimum,
-``max_split_size_mb:16``) stop a run the same way.
+``max_split_size_mb:16``) stop a run the same way, as do vLLM's start-up checks (the card is already
+occupied; the KV cache cannot hold one ``max_model_len`` sequence).
 
 **Fix**  Correct the named key; ``oompost check ds_config.json --world-size N``
 finds these before a job is queued.  No memory setting is involved.
@@ -37,7 +38,7 @@ class ConfigError:
             return []
         signals = [("the run stopped on a configuration error", 0.8)]
         fixes: list[Fix] = []
-        title = "The configuration was rejected before training started"
+        title = "The configuration was rejected before the run started"
         sub = None
         msg = f.message or f.exception
         c = f.config or ConfigIssue()
@@ -53,6 +54,20 @@ class ConfigError:
                              f"{micro} × {gas} × {int(ws)} = {want}; or drop train_batch_size and let DeepSpeed "
                              "derive it from the other two"))
             signals.append(("DeepSpeed's batch assertion", 0.15))
+        elif c.error_type == "vllm_card_occupied":
+            title, sub = "The GPU was already occupied when the server started", "card_occupied"
+            fixes.append(Fix("code", "free the GPU (nvidia-smi shows who holds it)", "",
+                             f"vLLM found only {c.input_value} free at start-up: another process or another engine "
+                             "stage holds the card"))
+            fixes.append(Fix("code", "gpu_memory_utilization", "at most the free share of the card",
+                             "the engine reserves this fraction of the whole card for itself"))
+        elif c.error_type == "vllm_kv_cache_too_small":
+            title, sub = "The KV cache cannot hold one sequence of max_model_len", "kv_cache_too_small"
+            fixes.append(Fix("code", "max_model_len", "at most the tokens the KV cache holds",
+                             f"the model's {c.input_value}-token context does not fit the KV cache left after the "
+                             "weights"))
+            fixes.append(Fix("code", "gpu_memory_utilization", "raise it (a dedicated GPU)",
+                             "more of the card for the KV cache"))
         elif c.minimum is not None and c.key is not None:          # an allocator setting under its minimum
             key, least = c.key.split(":", 1)[-1], c.minimum
             title, sub = f"PYTORCH_CUDA_ALLOC_CONF sets {key} below the allocator's minimum ({least})", "alloc_conf"
@@ -76,8 +91,9 @@ class ConfigError:
         cited = (f.ref,) if f.last_error_ref is None or sub != "duplicate_gpu" else (f.ref, f.last_error_ref)
         return [Finding(
             self.code, self.cause, title, confidence(signals), evidence=cited, fixes=tuple(fixes),
-            not_fixes=(NotAFix("memory settings (offload, smaller batch, expandable_segments)",
-                               "the run never allocated its model: nothing about memory failed"),),
+            not_fixes=() if sub in ("card_occupied", "kv_cache_too_small") else (
+                NotAFix("memory settings (offload, smaller batch, expandable_segments)",
+                        "the run never allocated its model: nothing about memory failed"),),
             signals=tuple(signals), numbers=(("exception", f.exception or "error"), ("message", msg[:300])),
             detail=f"The first failing rank stopped with {f.exception or 'an error'}: {msg[:400]}", sub_cause=sub)]
 
