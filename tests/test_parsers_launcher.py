@@ -475,14 +475,13 @@ def test_a_silent_launcher_kill_is_a_failure_and_weighs_for_the_host():
     assert build_context(parse_text(RAY_TASK_KILLED + DS_SILENT_KILL)).silent_kill is None
 
 
-# https://github.com/OpenRLHF/OpenRLHF/issues/911 (dev): the excerpt keeps only the end of Ray's kill report,
-# whose pointer to the OOM-prevention page is printed with every kill
-RAY_REPORT_TAIL = ("(ActorModelRayActor pid=8249) Refer to the documentation on how to address the out of memory issue: "
+# https://github.com/ray-project/ray/issues/44574: the end of Ray's kill report, as the raylet prints it; its pointer
+# to the OOM-prevention page is printed with every kill
+RAY_REPORT_TAIL = ("(raylet) Refer to the documentation on how to address the out of memory issue: "
                    "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning more "
-                   "memory on this node or reducing task parallelism by requesting more CPUs per task. Set max_restarts "
-                   "and max_task_retries to enable retry when the task crashes due to OOM. To adjust the kill threshold, "
-                   "set the environment variable `RAY_memory_usage_threshold` when starting Ray. To disable worker "
-                   "killing, set the environment variable `RAY_memory_monitor_refresh_ms` to zero.\n")
+                   "memory on this node or reducing task parallelism by requesting more CPUs per task. To adjust the kill "
+                   "threshold, set the environment variable `RAY_memory_usage_threshold` when starting Ray. To disable "
+                   "worker killing, set the environment variable `RAY_memory_monitor_refresh_ms` to zero.\n")
 
 
 def test_the_tail_of_rays_kill_report_is_a_ray_host_kill_not_an_oom():
