@@ -69,3 +69,16 @@ def test_what_would_settle_it_asks_for_step_lines_only_for_a_memory_cause():
     assert own.cause not in ("config_error", "host_oom", "nccl_error")
     assert any("per-step" in s for s in own.primary.settle)
 
+
+
+# https://github.com/hiyouga/LlamaFactory/issues/4652 (dev): two processes on GPU 0 printed their OOMs at once, glued
+# onto one line; each message names the other process
+TWO_ON_ONE_GPU = CORPUS / "hiyouga__LlamaFactory__4652" / "log.txt"
+
+
+def test_glued_messages_are_read_apart_and_show_the_shared_card():
+    ev = parse_paths([str(TWO_ON_ONE_GPU)])
+    assert [(round(o.process_in_use_bytes / 2**30, 2), [round(b / 2**30, 2) for _, b in o.other_processes])
+            for o in ev.ooms] == [(14.72, [16.98]), (16.98, [14.72])]
+    r = report_from_evidence(ev)
+    assert r.cause == "config_error" and r.primary.code == "CFG003"

@@ -76,6 +76,19 @@ BYTES_FREE_TOTAL = re.compile(r"while trying to allocate (?P<req>\d+) bytes \(fr
                               r"total: (?P<total>\d+)\)")
 
 
+# where an OOM message starts; two ranks printing at once glue theirs onto one line
+_MESSAGE_START = re.compile(r"(?:[\w.]*OutOfMemoryError: )?(?:CUDA|HIP) out of memory\. Tried to allocate")
+
+
+def _glued_messages(text: str) -> list[str]:
+    """The OOM messages of one line: each clause (``Process N has …``) must be read with its own message."""
+    starts = [m.start() for m in _MESSAGE_START.finditer(text)]
+    if len(starts) < 2:
+        return [text]
+    cuts = [0, *starts[1:], len(text)]
+    return [text[a:b] for a, b in zip(cuts, cuts[1:])]
+
+
 def _size(m: re.Match[str] | None, group: str = "sz") -> int | None:
     return parse_size_or_none(m.group(group)) if m else None
 
@@ -115,16 +128,17 @@ class TorchOomParser:
         if "would exceed allowed memory" in text:
             self._async[rank] = {"ln": ln, "fields": {}, "last_key": None, "n": 0}
             return
-        event = self._parse_line(text, ln, rank)
-        if event is None:
-            return
-        key = (rank, text.strip()[:300])
-        if key in self._seen:
-            return
-        self._seen.add(key)
-        self.out.ooms.append(event)
-        if event.truncated and event.kind in (OomKind.CACHING_ALLOCATOR, OomKind.HIP) and event.requested_bytes:
-            self._wrapped[rank] = [len(self.out.ooms) - 1, text.rstrip(), 3]
+        for part in _glued_messages(text):
+            event = self._parse_line(part, ln, rank)
+            if event is None:
+                continue
+            key = (rank, part.strip()[:300])
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            self.out.ooms.append(event)
+            if event.truncated and event.kind in (OomKind.CACHING_ALLOCATOR, OomKind.HIP) and event.requested_bytes:
+                self._wrapped[rank] = [len(self.out.ooms) - 1, part.rstrip(), 3]
 
     # a message wrapped by a terminal, a forum or a logger: its clauses continue on the next lines
     _CONTINUATION = re.compile(r"total capac|already allocated|free;|reserved in total|in total by PyTorch|cached\)|"
