@@ -418,3 +418,14 @@ def test_localised_killed_and_the_caching_host_allocator_are_host_failures():
     assert [f.kind for f in parse_text(ZH_KILLED).failures] == [FailureKind.KILLED]
     ev = parse_text(THC_HOST)
     assert [f.kind for f in ev.failures] == [FailureKind.PINNED_HOST] and not ev.ooms
+
+
+# https://github.com/fwilliams/scalable-pytorch-sinkhorn/issues/2 (dev): KeOps' driver-API allocation failure
+KEOPS = "[KeOps] error: cuMemAlloc(&p_data, sizeof(TYPE *) * nargs) failed with error CUDA_ERROR_OUT_OF_MEMORY  \n"
+
+
+def test_the_driver_apis_out_of_memory_is_a_gpu_oom():
+    from oompost.model import OomKind
+
+    (o,) = parse_text(KEOPS).ooms
+    assert o.kind is OomKind.OTHER and o.message_format == "unparsed"

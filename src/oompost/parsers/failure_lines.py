@@ -129,12 +129,14 @@ _ANY_OOM = re.compile(r"out of memory|OutOfMemoryError|OOM when allocating|RESOU
                       r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|HIP out of memory|"
                       r"cannot allocate memory|Cannot allocate memory|can't allocate memory|"
                       r"No available memory for the cache blocks|not enough memory|"
-                      r"insufficient (?:GPU|device|CUDA) memory", re.I)
+                      r"insufficient (?:GPU|device|CUDA) memory|"
+                      # the driver API's error name (cuMemAlloc failing in KeOps, CuPy, custom kernels)
+                      r"CUDA_ERROR_OUT_OF_MEMORY", re.I)
 
 
 _OOM_SENTINELS = ("trying to allocate", "enough GPU", "out of memory", "Out of memory", "OutOfMemory", "OOM when", "RESOURCE_EXHAUSTED", "ALLOC_FAILED",
                   "allocate memory", "No available memory", "not enough memory", "Not enough memory",
-                  "insufficient GPU",
+                  "insufficient GPU", "CUDA_ERROR_OUT_OF_MEMORY",
                   "insufficient device", "insufficient CUDA")
 _HOSTISH = re.compile(r"can't allocate memory|[Cc]annot allocate memory|DefaultCPUAllocator|CPU", re.I)
 
