@@ -20,6 +20,22 @@ from ...model import ConfigIssue, FailureKind
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 
 
+# vLLM's start-up checks (parsers/failure_lines.py names them): title, sub-cause, fixes (key, value, why)
+_VLLM_CHECKS = {
+    "vllm_card_occupied": (
+        "The GPU was already occupied when the server started", "card_occupied",
+        (("free the GPU (nvidia-smi shows who holds it)", "",
+          "vLLM found only {v} free at start-up: another process or another engine stage holds the card"),
+         ("gpu_memory_utilization", "at most the free share of the card",
+          "the engine reserves this fraction of the whole card for itself"))),
+    "vllm_kv_cache_too_small": (
+        "The KV cache cannot hold one sequence of max_model_len", "kv_cache_too_small",
+        (("max_model_len", "at most the tokens the KV cache holds",
+          "the model's {v}-token context does not fit the KV cache left after the weights"),
+         ("gpu_memory_utilization", "raise it (a dedicated GPU)", "more of the card for the KV cache"))),
+}
+
+
 class ConfigError:
     code = "CFG001"
     cause = Cause.CONFIG_ERROR
@@ -54,20 +70,9 @@ class ConfigError:
                              f"{micro} × {gas} × {int(ws)} = {want}; or drop train_batch_size and let DeepSpeed "
                              "derive it from the other two"))
             signals.append(("DeepSpeed's batch assertion", 0.15))
-        elif c.error_type == "vllm_card_occupied":
-            title, sub = "The GPU was already occupied when the server started", "card_occupied"
-            fixes.append(Fix("code", "free the GPU (nvidia-smi shows who holds it)", "",
-                             f"vLLM found only {c.input_value} free at start-up: another process or another engine "
-                             "stage holds the card"))
-            fixes.append(Fix("code", "gpu_memory_utilization", "at most the free share of the card",
-                             "the engine reserves this fraction of the whole card for itself"))
-        elif c.error_type == "vllm_kv_cache_too_small":
-            title, sub = "The KV cache cannot hold one sequence of max_model_len", "kv_cache_too_small"
-            fixes.append(Fix("code", "max_model_len", "at most the tokens the KV cache holds",
-                             f"the model's {c.input_value}-token context does not fit the KV cache left after the "
-                             "weights"))
-            fixes.append(Fix("code", "gpu_memory_utilization", "raise it (a dedicated GPU)",
-                             "more of the card for the KV cache"))
+        elif c.error_type in _VLLM_CHECKS:
+            title, sub, rows = _VLLM_CHECKS[c.error_type]
+            fixes += [Fix("code", key, value, why.format(v=c.input_value)) for key, value, why in rows]
         elif c.minimum is not None and c.key is not None:          # an allocator setting under its minimum
             key, least = c.key.split(":", 1)[-1], c.minimum
             title, sub = f"PYTORCH_CUDA_ALLOC_CONF sets {key} below the allocator's minimum ({least})", "alloc_conf"
