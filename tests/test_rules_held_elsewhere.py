@@ -11,6 +11,7 @@ from oompost.parsers import parse_paths, parse_text
 from oompost.pipeline import report_from_evidence
 
 CORPUS = Path(__file__).parent / "corpus"
+SAMPLES = Path(__file__).parent.parent / "sample_logs"
 
 # https://github.com/fudan-zvg/Semantic-Segment-Anything/issues/43: 47.54 GiB A6000, PyTorch holds 580 MiB
 SHARED_A6000 = CORPUS / "fudan-zvg__Semantic-Segment-Anything__43" / "log.txt"
@@ -71,14 +72,20 @@ def test_what_would_settle_it_asks_for_step_lines_only_for_a_memory_cause():
 
 
 
-# https://github.com/hiyouga/LlamaFactory/issues/4652 (dev): two processes on GPU 0 printed their OOMs at once, glued
-# onto one line; each message names the other process
-TWO_ON_ONE_GPU = CORPUS / "hiyouga__LlamaFactory__4652" / "log.txt"
+# two ranks printing their OOMs at once glue them onto one line; this input is arranged here from two real messages:
+# the shared-card capture's, then one quoted in https://github.com/ollama/ollama/issues/10089 (a vLLM run)
+_CAPTURED = next(line for line in (SAMPLES / "config_error_gpu_held_by_another_process" / "run.log").read_text()
+                 .splitlines() if "Process 503 has" in line)
+_VLLM_10089 = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total capacity of "
+               "15.60 GiB of which 700.88 MiB is free. Process 2514 has 14.91 GiB memory in use. Of the allocated memory "
+               "14.62 GiB is allocated by PyTorch, and 87.96 MiB is reserved by PyTorch but unallocated. If reserved but "
+               "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+               "fragmentation.  See documentation for Memory Management  "
+               "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
 
 
-def test_glued_messages_are_read_apart_and_show_the_shared_card():
-    ev = parse_paths([str(TWO_ON_ONE_GPU)])
-    assert [(round(o.process_in_use_bytes / 2**30, 2), [round(b / 2**30, 2) for _, b in o.other_processes])
-            for o in ev.ooms] == [(14.72, [16.98]), (16.98, [14.72])]
-    r = report_from_evidence(ev)
-    assert r.cause == "config_error" and r.primary.code == "CFG003"
+def test_glued_messages_are_read_apart_each_with_its_own_processes():
+    ev = parse_text(_CAPTURED + _VLLM_10089 + "\n")
+    assert [o.requested_bytes for o in ev.ooms] == [80 * 2**20, int(1.25 * 2**30)]
+    assert [[(pid, round(b / 2**30, 2)) for pid, b in o.other_processes] for o in ev.ooms] == [[(503, 120.60)],
+                                                                                            [(2514, 14.91)]]
