@@ -165,9 +165,10 @@ def test_dropping_one_context_line_never_flips_a_confident_verdict(case, tmp_pat
     full = oompost.analyze(case.files)
     lines = Path(case.files[0]).read_text(errors="replace").splitlines(keepends=True)
     failure = {e.line for f in full.findings[:1] for e in f.evidence if e.line}
+    quoted = " ".join(e.text for f in full.findings[:1] for e in f.evidence)
     for i in range(len(lines)):
-        if i + 1 in failure:
-            continue
+        if i + 1 in failure or (lines[i].strip() and lines[i].strip() in quoted):
+            continue                      # the failure line, or a continuation of its wrapped message
         p = tmp_path / f"drop{i}.log"
         p.write_text("".join(lines[:i] + lines[i + 1:]))
         r = oompost.analyze([str(p)])

@@ -160,8 +160,11 @@ class TorchOomParser:
         if event is not None and event.requested_bytes == old.requested_bytes:
             import dataclasses
 
-            self.out.ooms[idx] = dataclasses.replace(event, ref=old.ref, stack=old.stack if old.stack.frames
-                                                     else event.stack, exception=old.exception or event.exception)
+            # the quoted evidence is the whole message, its continuation lines joined (still cited at its first line)
+            quoted = ref(self.path, ln, old.ref.text + " " + ln.raw.strip())
+            self.out.ooms[idx] = dataclasses.replace(
+                event, ref=dataclasses.replace(old.ref, text=quoted.text),
+                stack=old.stack if old.stack.frames else event.stack, exception=old.exception or event.exception)
             if event.truncated and left > 1:
                 self._wrapped[rank] = [idx, joined, left - 1]
             else:
