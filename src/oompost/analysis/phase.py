@@ -130,6 +130,11 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
      r"_load_pretrained_model|load_state_dict|model_init", None, "building / loading the model"),
     (Phase.FORWARD, None, None, r"=\s*(?:self\.)?_?\w*(?:model|net|module|generator|unet|encoder|decoder|vae)\w*\(",
      "model call"),
+    # the ops whose outputs are activations, as user and library frames name or quote them
+    (Phase.FORWARD, None, None, r"scaled_dot_product_attention\(|flash_attn\w*\(|\bsoftmax\(|\.matmul\(|\bbmm\(|"
+     r"\beinsum\(|\binterpolate\(|\bconv[123]d\(|\bF\.conv|\bbaddbmm\(|\bupsample\w*\(", "an activation op"),
+    (Phase.FORWARD, None, r"^(?:_?attention|_?attn|self_attn|\w+_attention|\w*_attn|attention_forward|"
+     r"\w*attn_forward|mlp|_?conv_forward|upsample\w*|interpolate)$", None, "an attention / MLP / conv layer"),
     (Phase.COLLECTIVE, None, r"allreduce|all_reduce|reduce_scatter|all_gather|allgather|broadcast_params|"
      r"_all_to_all", None, "a collective's buffer"),
     # forward (module calls)

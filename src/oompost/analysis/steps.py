@@ -72,6 +72,12 @@ def leak_trend(points: tuple[StepPoint, ...], min_rising: int = 3, min_step_byte
                      tuple(tail))
 
 
+def noun(points: tuple[StepPoint, ...]) -> str:
+    """What a point of the series is: a ``step`` when the lines number their steps, a ``print``
+    when they do not (the points are the loop's memory prints, numbered in order)."""
+    return "print" if points and points[0].reading.label == "print" else "step"
+
+
 def max_peak_allocated(points: tuple[StepPoint, ...]) -> int | None:
     """The largest allocated peak the run reached in completed steps."""
     peaks = [p.max_allocated for p in points if p.max_allocated is not None]

@@ -20,6 +20,7 @@ A feature that the inputs cannot show is 0 ("missing"), never a guess; the
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from ..analysis.phase import Phase
@@ -43,7 +44,7 @@ FEATURES = (
     "oom.gpu", "oom.host", "oom.numbers", "oom.request_large", "oom.request_small", "oom.request_exceeds_limit", "oom.allocated_near_limit",
     "oom.reserved_unallocated_covers_request", "oom.reserved_unallocated_large", "oom.free_covers_request",
     "oom.other_processes", "oom.cuda_error_text", "oom.lib_workspace", "oom.allocated_exceeds_capacity",
-    "oom.small_card", "oom.held_elsewhere",
+    "oom.small_card", "oom.held_elsewhere", "oom.request_ratio", "oom.allocated_ratio", "oom.allocated_low",
     "fail.nccl_cuda_oom", "fail.nccl_timeout", "fail.nccl_network", "fail.host", "fail.sigkill",
     "fail.config", "fail.duplicate_gpu", "fail.python_exception", "fail.launcher_kill", "fail.none",
     "phase.model_state", "phase.optimizer_step", "phase.activation", "phase.loss", "phase.generation",
@@ -85,8 +86,12 @@ def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> di
             f["oom.request_large"] = 1.0 if r >= 0.10 else 0.0
             f["oom.request_small"] = 1.0 if r < 0.01 else 0.0
             f["oom.request_exceeds_limit"] = 1.0 if r >= 1.0 else 0.0
+            # the request's share of the limit on a log scale: 0.1 % → 0, 1 % → 1/3, 10 % → 2/3, all of it → 1
+            f["oom.request_ratio"] = max(0.0, min(1.0, (math.log10(max(r, 1e-9)) + 3) / 3))
         if alloc is not None and L:
             f["oom.allocated_near_limit"] = 1.0 if alloc >= 0.85 * L else 0.0
+            f["oom.allocated_ratio"] = _frac(alloc, L)
+            f["oom.allocated_low"] = 1.0 if alloc < 0.5 * L else 0.0
         # more allocated than the card has: the driver spilled into host memory (Windows' "shared GPU
         # memory"), so the working set is larger than the card, not a moment of it
         if alloc is not None and o.capacity_bytes and alloc > 1.02 * o.capacity_bytes:

@@ -31,6 +31,14 @@ MEM = re.compile(
     r"(?P<key>max[_ ]?(?:memory[_ ]?)?(?:allocated|alloc|reserved|cached)|(?:memory[_ ]|mem[_ ]?)?(?:allocated|alloc|"
     r"reserved|cached))(?P<suffix>_gib|_gb|_mib|_mb)?['\"]?\s*[:=]\s*(?P<num>\d+(?:\.\d+)?)\s*" + _UNIT + r"\b",
     re.IGNORECASE)
+# a bare memory word and a figure with its unit, as loops print them: ``mem 6.95GB``, ``GPU memory: 10.2 GiB``,
+# ``max_mem: 5432M`` (detectron2), ``gpu_mem=3.4G``; a unit is required, and host memory is not this
+GENERIC_MEM = re.compile(
+    r"(?<![\w.])(?<!host )(?<!cpu )(?<!CPU )(?<!RAM )(?<!system )(?P<key>(?:max[_ ]?)?(?:gpu[_ ]?|cuda[_ ]?|GPU[_ ]|"
+    r"CUDA[_ ])?mem(?:ory)?(?:[_ ](?:used|usage))?)['\"]?\s*[:=]?\s*(?P<num>\d+(?:\.\d+)?)\s*"
+    r"(?P<unit>GiB|GB|MiB|MB|G|M)\b", re.IGNORECASE)
+# lines that carry memory figures but are not a loop's print: the OOM message, memory_summary() tables
+_NOT_A_PRINT = ("out of memory", "Tried to allocate", "OutOfMemory", "|", "already allocated", "free;")
 _UNITS = {"gib": GiB, "gb": GiB, "g": GiB, "mib": MiB, "mb": MiB, "m": MiB, "kib": KiB, "kb": KiB,
           "_gib": GiB, "_gb": GiB, "_mib": MiB, "_mb": MiB}
 
@@ -73,7 +81,7 @@ TRIGGERS = ("alloc", "reserved", "cached", "param", "per_device_train_batch_size
             "block_size", "model_max_length", "max_steps", "world_size", "lora_r", "Instantaneous batch size",
             "Gradient Accumulation steps", "Total train batch size", "gradient_checkpointing",
             "checkpointing", "attn_implementation", "NVIDIA", "torch ", "PyTorch", "torch version", "model_name",
-            "seq ", "padded to", "-token ", "torch.Size")
+            "seq ", "padded to", "-token ", "torch.Size", "mem", "Mem", "MEM")
 
 
 class StepParser:
@@ -93,6 +101,8 @@ class StepParser:
         self._seen_steps: dict[int | None, int] = {}
         self._stride: dict[int | None, int] = {}
         self._layouts: dict[bytes, tuple[_Layout | None, tuple[int, int] | None]] = {}
+        # memory prints without a step number, by rank and line shape (the line with its digits as 0s)
+        self._prints: dict[tuple[int | None, str], collections.deque] = {}
 
     # Step lines can be most of a 100 MB log.  They are kept cheaply (the last
     # KEEP of each rank, plus every 2**k-th earlier one within a bound) and parsed
@@ -105,10 +115,13 @@ class StepParser:
         text = ln.text
         if text.lstrip().startswith(("File \"", "^")):
             return
-        low_memory_word = "lloc" in text or "reserved" in text or "cached" in text or "ALLOC" in text
-        if low_memory_word and STEP.search(text) is not None:
-            self._keep(ln)
-            return
+        memory_word = ("lloc" in text or "reserved" in text or "cached" in text or "ALLOC" in text
+                       or "mem" in text or "Mem" in text or "MEM" in text)
+        if memory_word:
+            if STEP.search(text) is not None:
+                self._keep(ln)
+                return
+            self._unnumbered(text, ln)
         self._facts(text, ln)
 
     def raw_shape(self, shape: bytes) -> int | None:
@@ -211,8 +224,48 @@ class StepParser:
                     self._memory(text, ln, rank, layout)
                 if seq is not None:
                     self._fact_once("train.step_seq_len", int(text[seq[0]:seq[1]]), ln)
+        self._finish_prints()
 
     # -------------------------------------------------------------- memory
+
+    # A loop that prints its memory without a step number (``print(f"allocated: {a:.1f} MB")`` each
+    # iteration, ``mem 6.95GB``) prints the same line shape again and again: a shape seen MIN_PRINTS
+    # times is a series, its prints numbered in order.  Used only for a rank with no numbered
+    # step lines, and only the longest such series of the rank.
+    MIN_PRINTS = 4
+    MAX_PRINT_SHAPES = 256
+
+    def _unnumbered(self, text: str, ln: LogLine) -> None:
+        if len(text) > 400 or any(w in text for w in _NOT_A_PRINT):
+            return
+        shape = text.translate(_ZERO_STR).strip()
+        rank = line_rank(ln, self.rank_hint)
+        key = (rank, shape)
+        series = self._prints.get(key)
+        if series is None:
+            if len(self._prints) >= self.MAX_PRINT_SHAPES:
+                return
+            figures = _figures_of(text)
+            if not figures:
+                self._prints[key] = collections.deque(maxlen=0)      # remembered as "not a series"
+                return
+            series = self._prints[key] = collections.deque(maxlen=self.KEEP)
+        if series.maxlen:
+            series.append(ln)
+
+    def _finish_prints(self) -> None:
+        numbered = {r.rank for r in self.out.memory if r.step is not None}
+        best: dict[int | None, collections.deque] = {}
+        for (rank, _shape), series in self._prints.items():
+            if len(series) >= self.MIN_PRINTS and rank not in numbered and len(series) > len(best.get(rank, ())):
+                best[rank] = series
+        for rank, series in best.items():
+            for i, ln in enumerate(series, start=1):
+                values = {slot: int(float(ln.text[c:d]) * mult) for slot, c, d, mult in _figures_of(ln.text)}
+                self.out.memory.append(MemoryReading(
+                    ref(self.path, ln), label="print", step=i, rank=rank,
+                    allocated=values.get("allocated"), max_allocated=values.get("max_allocated"),
+                    reserved=values.get("reserved"), max_reserved=values.get("max_reserved")))
 
     def _memory(self, text: str, ln: LogLine, rank: int | None, layout: "_Layout") -> None:
         (a, b), figures = layout
@@ -316,6 +369,7 @@ class StepParser:
 
 
 _ZERO = bytes.maketrans(b"123456789", b"000000000")
+_ZERO_STR = str.maketrans("123456789", "000000000")
 # the span of the step number, and (slot, start, end, bytes per unit) of the first figure of each slot
 _Layout = tuple[tuple[int, int], tuple[tuple[str, int, int, int], ...]]
 
@@ -332,6 +386,16 @@ def _memory_layout_of(text: str) -> _Layout | None:
     ms = STEP.search(text)
     if ms is None:
         return None
+    figures = _figures_of(text)
+    if not figures:
+        return None
+    return ms.span("step"), figures
+
+
+def _figures_of(text: str) -> tuple[tuple[str, int, int, int], ...]:
+    """(slot, start, end, bytes per unit) of the first figure of each slot: the named figures
+    (allocated / reserved and their peaks) first; a bare memory word (``mem 6.95GB``) counts as
+    allocated when nothing names it."""
     figures: list[tuple[str, int, int, int]] = []
     seen: set[str] = set()
     for m in MEM.finditer(text):
@@ -345,5 +409,9 @@ def _memory_layout_of(text: str) -> _Layout | None:
             seen.add(slot)
             figures.append((slot, *m.span("num"), _UNITS[unit]))
     if not figures:
-        return None
-    return ms.span("step"), tuple(figures)
+        for m in GENERIC_MEM.finditer(text):
+            slot = "max_allocated" if m.group("key").lower().startswith("max") else "allocated"
+            if slot not in seen:
+                seen.add(slot)
+                figures.append((slot, *m.span("num"), _UNITS[m.group("unit").lower()]))
+    return tuple(figures)

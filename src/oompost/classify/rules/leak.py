@@ -15,7 +15,7 @@ delays the OOM; ``empty_cache()`` cannot free live tensors.
 from __future__ import annotations
 
 from ...analysis.context import Context
-from ...analysis.steps import leak_trend
+from ...analysis.steps import leak_trend, noun
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b, limit_label, oom_refs
 
@@ -29,7 +29,8 @@ class Leak:
         if trend is None:
             return []
         L = ctx.limit_bytes
-        signals = [(f"allocated memory rose in {trend.rising_steps} consecutive steps "
+        step = noun(trend.points)
+        signals = [(f"allocated memory rose in {trend.rising_steps} consecutive {step}s "
                     f"({trend.first_step}→{trend.last_step})", 0.45 + min(0.2, 0.02 * (trend.rising_steps - 3)))]
         grown = trend.end_bytes - trend.start_bytes
         if L:
@@ -39,19 +40,19 @@ class Leak:
                 signals.append((f"it grew by {b(grown)}, {100 * grown / L:.0f}% of the limit", 0.1))
         if ctx.oom is not None:
             signals.append(("the run then died of an OOM", 0.1))
-        numbers = [("growth per step (median)", b(trend.per_step_bytes)),
-                   (f"allocated at step {trend.first_step}", b(trend.start_bytes)),
-                   (f"allocated at step {trend.last_step}", b(trend.end_bytes))]
+        numbers = [(f"growth per {step} (median)", b(trend.per_step_bytes)),
+                   (f"allocated at {step} {trend.first_step}", b(trend.start_bytes)),
+                   (f"allocated at {step} {trend.last_step}", b(trend.end_bytes))]
         if L:
             # what runs out is the step's peak, not the memory at the point the lines measure
             last = ctx.steps[-1] if ctx.steps else None
             peak = getattr(last, "max_allocated", None) or trend.end_bytes
             if ctx.oom is not None:
-                numbers.append(("steps left at that rate", f"none: step {trend.last_step + 1} needed more than "
-                                                          f"{limit_label(ctx)}"))
+                numbers.append((f"{step}s left at that rate", f"none: {step} {trend.last_step + 1} needed more "
+                                                               f"than {limit_label(ctx)}"))
             else:
                 left = max(0, L - max(peak, trend.end_bytes))
-                numbers.append(("steps left at that rate (from the step's peak)",
+                numbers.append((f"{step}s left at that rate (from the step's peak)",
                                 f"{left // max(1, trend.per_step_bytes)}"))
         where = self._where(ctx, trend.per_step_bytes)
         if where:
@@ -70,9 +71,13 @@ class Leak:
             not_fixes=(NotAFix("torch.cuda.empty_cache()", "the memory belongs to live tensors"),
                        NotAFix("a smaller batch / a larger GPU / expandable_segments", "the OOM only moves later")),
             signals=tuple(signals), numbers=tuple(numbers),
-            detail=f"Allocated memory measured at the same point of every step grew by {b(trend.per_step_bytes)} per "
-                   f"step from step {trend.first_step} ({b(trend.start_bytes)}) to step {trend.last_step} "
-                   f"({b(trend.end_bytes)}). Memory that is freed each step cannot do that: something keeps a "
+            detail=(f"Allocated memory measured at the same point of every step grew by {b(trend.per_step_bytes)} "
+                    f"per step from step {trend.first_step} ({b(trend.start_bytes)}) to step {trend.last_step} "
+                    if step == "step" else
+                    f"The loop's memory prints (a line of the same shape, printed again and again, without a step "
+                    f"number) grew by {b(trend.per_step_bytes)} per print from print {trend.first_step} "
+                    f"({b(trend.start_bytes)}) to print {trend.last_step} ")
+                   + f"({b(trend.end_bytes)}). Memory that is freed each step cannot do that: something keeps a "
                    "tensor from every step.")]
 
     @staticmethod
