@@ -13,6 +13,7 @@ from typing import Any
 
 from . import __version__
 from .analysis.context import Context, build_context
+from .analysis.steps import noun
 from .classify import classify
 from .classify.base import Cause, Finding
 from .errors import InputError
@@ -265,7 +266,7 @@ def _timeline(ctx: Context, primary: Finding | None = None) -> tuple[tuple[Serie
         pts = _step_points(ctx)
         if ctx.oom is not None:
             pts.append(SeriesPoint(ctx.steps[-1].step + 1, None, None, "oom"))
-        return tuple(pts), "steps", "step"
+        return tuple(pts), "steps", noun(ctx.steps)
     if primary is not None and primary.cause is Cause.ACTIVATION_SPIKE and len(ctx.steps) >= 2:
         # the peak of every logged step, and what the failing step needed at least (allocated + request)
         pts = [SeriesPoint(p.step, p.max_allocated if p.max_allocated is not None else p.allocated,
@@ -275,7 +276,7 @@ def _timeline(ctx: Context, primary: Finding | None = None) -> tuple[tuple[Serie
             need = (o.allocated_bytes + (o.requested_bytes or 0)) if o.allocated_bytes is not None else None
             held = (o.allocated_bytes + (o.reserved_unallocated_bytes or 0)) if o.allocated_bytes is not None else None
             pts.append(SeriesPoint(ctx.steps[-1].step + 1, need, held, "oom"))
-        return tuple(pts), "steps", "step (peak within each step; at the OOM: allocated + the request)"
+        return tuple(pts), "steps", f"{noun(ctx.steps)} (peak within each; at the OOM: allocated + the request)"
     if ctx.snapshot is not None and any(ctx.snapshot.traces):
         try:
             from .analysis.snapshot_metrics import timeline

@@ -38,6 +38,9 @@ def main() -> int:
     p.add_argument("--lora_r", type=int, default=None, help="train LoRA adapters of this rank (PEFT)")
     p.add_argument("--val_loss_no_grad", action="store_true",
                    help="compute the held-out loss under torch.no_grad() and keep it as a float (.item())")
+    p.add_argument("--print_style", choices=("step", "bare"), default="step",
+                   help="step: a progress line with the step number; bare: only the memory, no step number, "
+                        "as notebook loops print it")
     p.add_argument("--emulate_card", default=None, help="scenario: cap memory like this card (cards.py)")
     p.add_argument("--memory_limit_gib", type=float, default=None, help="scenario: cap memory at this many GiB")
     p.add_argument("--oompost_capture", default=None, help="dir: dump a memory snapshot at the OOM")
@@ -106,7 +109,10 @@ def main() -> int:
             with torch.autocast("cuda", dtype=torch.float16):
                 val_loss = model(input_ids=val_ids, labels=val_ids).loss
             val_total += val_loss
-        if rank == 0:
+        if rank == 0 and args.print_style == "bare":
+            print(f"allocated: {torch.cuda.memory_allocated() / 2**20:.2f} MB, "
+                  f"reserved: {torch.cuda.memory_reserved() / 2**20:.2f} MB", flush=True)
+        elif rank == 0:
             print(f"step {step} | loss {loss.item():.4f} | val_loss {val_loss.item():.4f} | "
                   f"avg val {float(val_total) / step:.4f} | "
                   f"memory_allocated: {torch.cuda.memory_allocated() / 1024**3:.2f} GB", flush=True)

@@ -137,6 +137,24 @@ def world_scenarios() -> list[Scenario]:
                               capture=False))],
         priority=21))
 
+    # ---------------------------------------------------------------- leak, T4, memory prints without step numbers
+    bare = ["--model", "pythia-410m", "--batch_size", "4", "--seq_len", "512", "--val_batch_size", "1",
+            "--val_seq_len", "256", "--steps", "200", "--print_style", "bare", "--emulate_card", "t4"]
+    s.append(Scenario(
+        "leak_pythia410m_bare_memory_prints_t4",
+        "Plain PyTorch loop (fp16 autocast + GradScaler) training a Pythia-410M-shaped model (GPT-NeoX) on a 16 GB "
+        "T4; each step's held-out loss is computed without torch.no_grad() and added to a running sum as a tensor, "
+        "so every step's evaluation graph stays alive. The loop prints only 'allocated: … MB, reserved: … MB' "
+        "each iteration, with no step number, as notebook loops do. The same loop with no_grad() and .item() "
+        "completes 200 steps.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "the allocated memory the loop prints rises by the same amount every iteration until the OOM"},
+        Run("python", "plain_loop.py", bare, gpu_gib=15, host_gib=6),
+        counterfactuals=[("held-out loss under torch.no_grad() summed with .item() (same cap)",
+                          Run("python", "plain_loop.py", bare + ["--val_loss_no_grad"], gpu_gib=15, host_gib=6,
+                              capture=False))],
+        priority=21))
+
     # ---------------------------------------------------------------- capacity, 11 GiB, plain loop, Llama-3 GQA
     llama = ["--model", "llama3.2-1b", "--val_loss_no_grad", "--steps", "20", "--emulate_card", "rtx2080ti"]
     s.append(Scenario(

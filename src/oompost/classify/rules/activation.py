@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ...analysis.context import Context
 from ...analysis.phase import Phase
-from ...analysis.steps import leak_trend, max_peak_allocated
+from ...analysis.steps import leak_trend, max_peak_allocated, noun
 from ...analysis.whatif import fits, what_if
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b, headroom, limit_label, oom_refs
@@ -44,7 +44,7 @@ class ActivationSpike:
         prior = max_peak_allocated(ctx.steps)
         completed = len(ctx.steps)
         if completed:
-            signals.append((f"{completed} step(s) completed: model states fit", 0.1))
+            signals.append((f"{completed} {noun(ctx.steps)}(s) of a running loop before it: model states fit", 0.1))
         elif ctx.estimate_min is not None and L and ctx.estimate_min.predicted_peak_bytes < 0.9 * L:
             signals.append((f"the smallest run (micro-batch 1, full recompute) needs "
                             f"{b(ctx.estimate_min.predicted_peak_bytes)}", 0.1))

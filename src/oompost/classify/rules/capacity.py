@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ...analysis.context import Context
 from ...analysis.phase import Phase
+from ...analysis.steps import noun
 from ...analysis.whatif import fits, what_if
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import HOLD, b, headroom, limit_label, oom_refs
@@ -66,7 +67,8 @@ class Capacity:
             if o.requested_bytes > o.reserved_unallocated_bytes + h:
                 signals.append(("the request exceeds everything still free: not fragmentation", 0.1))
         if completed:
-            signals.append((f"{len(ctx.steps)} step(s) completed before, so the model states did fit", -0.4))
+            signals.append((f"{len(ctx.steps)} {noun(ctx.steps)}(s) of a running loop before it, so the model states "
+                            "did fit", -0.4))
         if ctx.phase.phase is Phase.MODEL_TO_DEVICE and ctx.setup.get("zero_stage") != 3:
             n = ctx.setup.get("model_params")
             if n and int(n) * 2 > L:

@@ -1,0 +1,55 @@
+"""Memory prints without a step number are a series (parsers/steps.py), and the phase of an
+attention op's frame is forward (analysis/phase.py).  Real lines only: a GPU capture made for this
+(sample_logs/leak_pythia410m_bare_memory_prints_t4) and corpus cases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oompost import analyze
+from oompost.analysis.context import build_context
+from oompost.analysis.steps import leak_trend
+from oompost.parsers import parse_paths
+from oompost.units import MiB
+
+ROOT = Path(__file__).resolve().parents[1]
+BARE = ROOT / "sample_logs" / "leak_pythia410m_bare_memory_prints_t4" / "run.log"
+CORPUS = ROOT / "tests" / "corpus"
+
+
+def test_bare_prints_are_a_numbered_series_of_the_allocators_figures():
+    ev = parse_paths([str(BARE)])
+    prints = [m for m in ev.memory if m.label == "print"]
+    assert [m.step for m in prints] == list(range(1, 8))
+    assert prints[0].allocated == int(5668.35 * MiB) and prints[0].reserved == int(8022.00 * MiB)
+    assert all(b.allocated > a.allocated for a, b in zip(prints, prints[1:]))
+
+
+def test_the_leak_is_proven_from_the_prints_with_their_numbers():
+    report = analyze(str(BARE))
+    assert report.cause == "leak" and report.confidence >= 0.8
+    leak = next(f for f in report.findings if f.code == "LEAK001")
+    assert any("consecutive prints" in s for s, _ in leak.signals)
+    assert report.timeline_unit == "print"
+
+
+def test_prints_that_do_not_rise_are_no_leak():
+    # torchtitan#979: two ranks' "allocated: … MB, reserved: … MB" prints interleaved in one excerpt
+    ev = parse_paths([str(CORPUS / "pytorch__torchtitan__979" / "log.txt")])
+    prints = [m for m in ev.memory if m.label == "print"]
+    assert len(prints) == 6 and prints[0].allocated == int(31894.55 * MiB)
+    assert leak_trend(build_context(ev).steps) is None
+
+
+def test_numbered_step_lines_win_over_prints():
+    # detectron2#214: "iter: 659 ... max_mem: 2996M" lines carry a step number; "max_mem" is a peak
+    ev = parse_paths([str(CORPUS / "facebookresearch__detectron2__214" / "log.txt")])
+    assert ev.memory and all(m.label == "step" for m in ev.memory)
+    assert all(m.max_allocated == 2996 * MiB and m.allocated is None for m in ev.memory)
+
+
+def test_an_attention_ops_frame_is_forward():
+    # StableAvatar#83: a two-frame tail ending in F.scaled_dot_product_attention
+    ctx = build_context(parse_paths([str(CORPUS / "Francis-Rings__StableAvatar__83" / "log.txt")]))
+    assert ctx.phase.phase.value == "forward"
+    assert "activation op" in ctx.phase.why
