@@ -53,3 +53,16 @@ def test_an_attention_ops_frame_is_forward():
     ctx = build_context(parse_paths([str(CORPUS / "Francis-Rings__StableAvatar__83" / "log.txt")]))
     assert ctx.phase.phase.value == "forward"
     assert "activation op" in ctx.phase.why
+
+
+def test_a_flat_step_series_up_to_the_oom_rules_out_a_leak():
+    from oompost.classify import impossible_causes
+    from oompost.classify.base import Cause
+
+    record = ROOT / "tests" / "data" / "record"
+    flat = build_context(parse_paths([str(record / "hf_spike")]))      # 42 steps at 2.86 GiB, then the OOM
+    assert len(flat.steps) >= 5 and Cause.LEAK in impossible_causes(flat)
+    growing = build_context(parse_paths([str(record / "plain_leak")]))
+    assert Cause.LEAK not in impossible_causes(growing)
+    prints = build_context(parse_paths([str(BARE)]))
+    assert Cause.LEAK not in impossible_causes(prints)

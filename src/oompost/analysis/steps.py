@@ -72,6 +72,17 @@ def leak_trend(points: tuple[StepPoint, ...], min_rising: int = 3, min_step_byte
                      tuple(tail))
 
 
+def flat(points: tuple[StepPoint, ...], limit: int | None, min_points: int = 5) -> bool:
+    """Allocated memory at the same point of at least ``min_points`` steps (after step 1) that does
+    not grow: the last within 2 % of the limit (at least 64 MiB) of the lowest.  No leak of the
+    kind DESIGN.md defines can hide in such a series."""
+    vals = [p.allocated for p in points if p.step >= 2 and p.allocated is not None]
+    if len(vals) < min_points:
+        return False
+    slack = max(64 * MiB, int(0.02 * limit) if limit else 0)
+    return vals[-1] <= min(vals) + slack
+
+
 def noun(points: tuple[StepPoint, ...]) -> str:
     """What a point of the series is: a ``step`` when the lines number their steps, a ``print``
     when they do not (the points are the loop's memory prints, numbered in order)."""

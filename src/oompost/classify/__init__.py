@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..analysis.context import Context
+from ..analysis.phase import Phase
+from ..analysis.steps import flat
 from .base import Cause, Finding, Severity
 from .rules._common import HOLD, headroom
 
@@ -26,7 +28,23 @@ def impossible_causes(ctx: Context) -> frozenset[Cause]:
         h = headroom(ctx)
         if h is not None and o.requested_bytes > o.reserved_unallocated_bytes + h:
             out.add(Cause.FRAGMENTATION)      # even one perfect block of all free memory is too small
+    # the steps logged up to the OOM hold allocated memory flat: nothing is kept from step to step (an
+    # evaluation loop between the logged steps can still keep its outputs: not ruled out then)
+    if (ctx.steps and flat(ctx.steps, ctx.limit_bytes) and _steps_reach_the_oom(ctx)
+            and ctx.phase.phase is not Phase.RETAINED and ctx.evidence.fact("cue.evaluation") is None):
+        out.add(Cause.LEAK)
     return frozenset(out)
+
+
+def _steps_reach_the_oom(ctx: Context) -> bool:
+    """The logged steps run up to the OOM: the last step line shortly before the OOM in the same log,
+    or oompost.record's step file (it logs every step until the OOM)."""
+    last = ctx.steps[-1].reading.ref
+    if last.source.rsplit("/", 1)[-1].startswith("steps_rank"):
+        return True
+    o = ctx.oom
+    return (o is not None and o.ref.source == last.source and o.ref.line is not None and last.line is not None
+            and 0 < o.ref.line - last.line <= 300)
 
 
 def _run(rule, ctx: Context, advice: list[Finding]) -> list[Finding]:  # type: ignore[no-untyped-def]
