@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -549,4 +549,65 @@ def fourth_set() -> list[Scenario]:
                           Run("python", "plain_loop.py", c + ["--batch_size", "1", "--seq_len", "32"], gpu_gib=15.8,
                               host_gib=8, capture=False, timeout=240))],
         priority=42))
+    return s
+
+
+def fifth_set() -> list[Scenario]:
+    """The fifth set (2026-12-04, second session): a 7B full fine-tune on an 80 GiB card, a GPT-2-medium batch
+    too large for an 11 GiB card, and an epoch-metrics leak in a GPT-NeoX shape on a 12 GiB card; defined
+    after that session's parser changes and refit, and scored as they came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- capacity, 80 GiB A100, Llama-2-7B fp32
+    c = ["--model", "llama2-7b", "--steps", "3", "--emulate_card", "a100-80g", "--val_loss_no_grad"]
+    s.append(Scenario(
+        "capacity_llama2_7b_plain_loop_a100_80g",
+        "A plain loop (fp32 weights, fp16 autocast, AdamW) fully fine-tuning a Llama-2-7B-shaped model on an 80 GB "
+        "A100 at 1 x 256 tokens: 6.7B parameters x 16 bytes of weights, gradients and Adam moments (~100 GiB) "
+        "cannot fit in 78.6 GiB whatever the batch. The same run at 1 x 32 tokens fails too.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "full fine-tuning's model states exceed the allowed 78.65 GiB; 1 x 32 tokens runs out of memory too"},
+        Run("python", "plain_loop.py", c + ["--batch_size", "1", "--seq_len", "256"], gpu_gib=80, host_gib=40,
+            timeout=420, max_entries=6000),
+        counterfactuals=[("--batch_size 1 --seq_len 32 (same cap): oom too",
+                          Run("python", "plain_loop.py", c + ["--batch_size", "1", "--seq_len", "32"], gpu_gib=80,
+                              host_gib=40, capture=False, timeout=420))],
+        priority=50))
+
+    # ---------------------------------------------------------------- activation_spike, 11 GiB 2080 Ti, GPT-2-medium
+    a = ["--model", "gpt2-medium", "--seq_len", "1024", "--steps", "8", "--emulate_card", "rtx2080ti",
+         "--val_loss_no_grad"]
+    s.append(Scenario(
+        "activation_spike_gpt2_medium_plain_loop_2080ti_11g",
+        "A plain loop (fp32 weights, fp16 autocast, AdamW) fine-tuning a GPT-2-medium-shaped model on an 11 GB "
+        "RTX 2080 Ti at 12 x 1024 tokens: model states take ~5.7 GiB, and the batch's activations with the "
+        "50257-wide logits and their fp32 upcast for the loss do not fit beside them. The same run at batch 1 "
+        "completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states fit (batch 1 completes under the same cap); the configured micro-batch's "
+                "activations and logits do not"},
+        Run("python", "plain_loop.py", a + ["--batch_size", "12"], gpu_gib=11, host_gib=6, timeout=240,
+            max_entries=10000),
+        counterfactuals=[("--batch_size 1 (same cap)",
+                          Run("python", "plain_loop.py", a + ["--batch_size", "1"], gpu_gib=11, host_gib=6,
+                              capture=False, timeout=240))],
+        priority=51))
+
+    # ---------------------------------------------------------------- leak, 12 GiB 3060, Pythia-410M, logits list
+    q = ["--model", "pythia-410m", "--batch_size", "2", "--seq_len", "512", "--num_samples", "400",
+         "--emulate_card", "rtx3060-12g"]
+    s.append(Scenario(
+        "leak_pythia410m_epoch_logits_3060_12g",
+        "Notebook-style fine-tune of a Pythia-410M-shaped model (GPT-NeoX) on a 12 GB RTX 3060 that keeps every "
+        "step's outputs.logits (2 x 512 x 50304 in bf16) on the GPU for the epoch's accuracy; memory rises by one "
+        "step's logits per iteration. The same run keeping the argmax on the host completes.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "allocated memory after each iteration rises by one step's logits until the OOM; keeping "
+                "outputs.logits.argmax(-1).detach().cpu() completes the same run under the same cap"},
+        Run("python", "epoch_metrics_loop.py", q + ["--keep", "gpu"], gpu_gib=12, host_gib=6, timeout=300,
+            max_entries=10000),
+        counterfactuals=[("keep outputs.logits.argmax(-1).detach().cpu() (same cap)",
+                          Run("python", "epoch_metrics_loop.py", q + ["--keep", "argmax_cpu"], gpu_gib=12,
+                              host_gib=6, capture=False, timeout=300))],
+        priority=52))
     return s
