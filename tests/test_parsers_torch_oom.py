@@ -203,3 +203,19 @@ def test_an_escaped_multi_line_message_is_read_as_its_lines():
 def test_escapes_elsewhere_stay_one_line():
     ev = parse_text('{"msg": "epoch 1 done\\nloss 0.3"}\n')
     assert not ev.ooms
+
+
+def test_a_message_hard_wrapped_mid_word_under_a_rank_prefix_is_read_whole():
+    # axolotl#1813 (corpus): the terminal cut the message at a fixed width, inside words ("has a to" /
+    # "tal capacity"), and only the first piece carries "[rank1]:"
+    from pathlib import Path
+
+    from oompost.parsers import parse_paths
+
+    log = Path(__file__).parent / "corpus" / "axolotl-ai-cloud__axolotl__1813" / "log.txt"
+    (o,) = parse_paths([str(log)]).ooms
+    assert o.rank == 1 and o.requested_bytes == 2 * GiB
+    assert o.capacity_bytes == parse_size("23.67 GiB") and o.free_bytes == parse_size("1.59 GiB")
+    assert o.allocated_bytes == parse_size("19.75 GiB")
+    assert o.reserved_unallocated_bytes == parse_size("1.78 GiB")
+    assert "has a total capacity of 23.67 GiB" in o.ref.text

@@ -138,7 +138,7 @@ class TorchOomParser:
             self._seen.add(key)
             self.out.ooms.append(event)
             if event.truncated and event.kind in (OomKind.CACHING_ALLOCATOR, OomKind.HIP) and event.requested_bytes:
-                self._wrapped[rank] = [len(self.out.ooms) - 1, part.rstrip(), 3]
+                self._wrapped[rank] = [len(self.out.ooms) - 1, part.rstrip(), 6]
 
     # a message wrapped by a terminal, a forum or a logger: its clauses continue on the next lines
     _CONTINUATION = re.compile(r"total capac|already allocated|free;|reserved in total|in total by PyTorch|cached\)|"
@@ -148,20 +148,37 @@ class TorchOomParser:
 
     def _continue_wrapped(self, ln: LogLine, rank: int | None) -> bool:
         pending = self._wrapped.get(rank)
+        if pending is None and ln.rank is None and ln.local_rank is None and len(self._wrapped) == 1:
+            # the terminal's wrap carries no "[rankN]:" prefix: the one message being wrapped is this line's
+            rank, pending = next(iter(self._wrapped.items()))
         if pending is None:
             return False
         idx, so_far, left = pending
-        if not self._CONTINUATION.search(ln.text) or "Tried to allocate" in ln.text:
+        if "Tried to allocate" in ln.text:
             del self._wrapped[rank]
             return False
-        joined = so_far + " " + ln.text.strip()
         old = self.out.ooms[idx]
-        event = self._parse_line(joined, ln, rank)
+        text = ln.text.strip()
+        event, joined = None, ""
+        if self._CONTINUATION.search(ln.text):
+            joined = so_far + " " + text
+            event = self._parse_line(joined, ln, rank)
+        if event is None or _figures(event) <= _figures(old):
+            # a terminal that wraps at a fixed width cuts words ("has a to" / "tal capacity of 23.67 GiB"):
+            # the line belongs to the message when, joined without a space, it adds the message's figures
+            glued = so_far + text
+            cut = self._parse_line(glued, ln, rank)
+            if cut is not None and cut.requested_bytes == old.requested_bytes and _figures(cut) > _figures(old):
+                event, joined = cut, glued
+        if event is None and not joined:
+            del self._wrapped[rank]
+            return False
         if event is not None and event.requested_bytes == old.requested_bytes:
             import dataclasses
 
             # the quoted evidence is the whole message, its continuation lines joined (still cited at its first line)
-            quoted = ref(self.path, ln, old.ref.text + " " + ln.raw.strip())
+            sep = "" if joined == so_far + text else " "
+            quoted = ref(self.path, ln, old.ref.text + sep + ln.raw.strip())
             self.out.ooms[idx] = dataclasses.replace(
                 event, ref=dataclasses.replace(old.ref, text=quoted.text),
                 stack=old.stack if old.stack.frames else event.stack, exception=old.exception or event.exception)
@@ -318,3 +335,9 @@ class TorchOomParser:
 
     def _stack(self, rank: int | None) -> Stack:
         return self.tb.stack_for(rank)
+
+
+def _figures(e: OomEvent) -> int:
+    """How many of the message's figures an event carries (a continuation line must add some)."""
+    return sum(v is not None for v in (e.capacity_bytes, e.free_bytes, e.allowed_bytes, e.allocated_bytes,
+                                       e.reserved_bytes, e.reserved_unallocated_bytes, e.process_in_use_bytes))
