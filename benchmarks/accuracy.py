@@ -112,6 +112,13 @@ def keyword_rule(text: str) -> str:
     return "unknown"
 
 
+# "a case that contains a failure" (issue 6's unknown target), decided without oompost: an error, an OOM, a kill,
+# an exit code or a traceback anywhere in the artifact's text
+_FAILURE_TEXT = re.compile(r"out of memory|OutOfMemory|\bOOM\b|\bKilled\b|exit ?code|return code|SIGKILL|"
+                           r"\bsignal \d|Error\b|error:|Exception\b|Traceback|FAILED|\bfailed\b|Assertion|"
+                           r"NCCL WARN|RESOURCE_EXHAUSTED|core dumped|Segmentation fault", re.IGNORECASE)
+
+
 def _case_text(c: Case) -> str:
     parts = []
     for f in c.files:
@@ -138,8 +145,8 @@ def _run_one(c: Case) -> dict:
     except Exception as e:  # noqa: BLE001 - a crash is a wrong answer, counted and shown
         cause, conf, covered, error = "unknown", 0.0, False, f"{type(e).__name__}: {e}"
     return {"case": c.name, "repo": c.repository, "label": c.label, "oompost": cause, "confidence": conf,
-            "keyword": keyword_rule(_case_text(c)), "error": error, "seconds": time.perf_counter() - t0,
-            "covered": covered}
+            "keyword": keyword_rule(text := _case_text(c)), "error": error, "seconds": time.perf_counter() - t0,
+            "covered": covered, "failure_text": _FAILURE_TEXT.search(text) is not None}
 
 
 def run_cases(cases: list[Case], jobs: int | None = None) -> pd.DataFrame:
@@ -170,8 +177,11 @@ def metrics(df: pd.DataFrame, col: str = "oompost") -> dict:
         f1s.append(2 * p * r / (p + r) if p + r else 0.0)
         recall[lab] = (r, tp + fn)
     real = df[df["label"] != "unknown"]
+    failing = real[real["failure_text"]] if "failure_text" in real else real
     return {"n": len(df), "accuracy": float(right.mean()), "macro_f1": sum(f1s) / len(f1s), "recall": recall,
-            "unknown_rate": float((real[col] == "unknown").mean()) if len(real) else 0.0}
+            "unknown_rate": float((real[col] == "unknown").mean()) if len(real) else 0.0,
+            "unknown_with_failure": float((failing[col] == "unknown").mean()) if len(failing) else 0.0,
+            "n_with_failure": len(failing)}
 
 
 def calibration(df: pd.DataFrame, bins: int = 10) -> tuple[float, pd.DataFrame]:
@@ -210,6 +220,9 @@ def _section(name: str, df: pd.DataFrame) -> tuple[str, dict]:
              f"| accuracy | **{m['accuracy']:.3f}** | {k['accuracy']:.3f} |",
              f"| macro-F1 | {m['macro_f1']:.3f} | {k['macro_f1']:.3f} |",
              f"| `unknown` on a real cause | {m['unknown_rate']:.3f} | {k['unknown_rate']:.3f} |",
+             f"| `unknown` on a real cause whose text holds a failure line ({m['n_with_failure']} cases: an error, "
+             f"OOM, kill, exit code or traceback, found without oompost) | {m['unknown_with_failure']:.3f} | "
+             f"{k['unknown_with_failure']:.3f} |",
              f"| expected calibration error | {ece:.3f} | — |",
              f"| cases where no parser recognised anything (parser coverage) | {no_evidence} | — |",
              f"| crashes of oompost | {int(df['error'].notna().sum())} | — |", "",
@@ -220,7 +233,8 @@ def _section(name: str, df: pd.DataFrame) -> tuple[str, dict]:
               "Reliability:", "", rel.to_markdown(index=False) if _has_tabulate() else rel.to_string(index=False),
               ""]
     return "\n".join(lines), {"accuracy": m["accuracy"], "n": m["n"], "ece": ece,
-                              "unknown_rate": m["unknown_rate"], "keyword_accuracy": k["accuracy"]}
+                              "unknown_rate": m["unknown_rate"], "unknown_with_failure": m["unknown_with_failure"],
+                              "keyword_accuracy": k["accuracy"]}
 
 
 def _has_tabulate() -> bool:
