@@ -78,3 +78,18 @@ def test_a_leak_verdict_without_growth_in_the_inputs_says_so():
     assert finding_for(bare, v, ()).title.startswith("Possibly a leak")
     grown = build_context(parse_paths([str(BARE)]))
     assert finding_for(grown, v, ()).title == "Memory grows across steps (a leak)"
+
+
+def test_a_code_line_whose_frame_header_was_cut_still_places_the_allocation(tmp_path):
+    # VisCPM#23 (corpus) with one line removed (arranged: the frame header of ZeRO's bucket allocation, as
+    # an excerpt that skips a line would have it); the statement stays, and it is no exception line
+    lines = (CORPUS / "OpenBMB__VisCPM__23" / "log.txt").read_text().splitlines(keepends=True)
+    header = next(i for i, ln in enumerate(lines) if "stage_1_and_2.py" in ln)
+    cut = tmp_path / "log.txt"
+    cut.write_text("".join(lines[:header] + lines[header + 1:]))
+    ctx = build_context(parse_paths([str(cut)]))
+    assert ctx.phase.phase.value == "ds_bucket"
+    assert ctx.oom is not None and ctx.oom.stack.frames[-1].name == "(frame header not in the input)"
+    assert "reduce_bucket_size" in ctx.oom.stack.frames[-1].code
+    whole = build_context(parse_paths([str(CORPUS / "OpenBMB__VisCPM__23" / "log.txt")]))
+    assert whole.phase.phase.value == "ds_bucket"

@@ -69,6 +69,10 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
      None, "DeepSpeed reduce/allgather bucket"),
     (Phase.DS_BUCKET, "deepspeed/", None, r"reduce_bucket_size|allgather_bucket_size|ipg_buffer|bucket\.buffer",
      "DeepSpeed bucket allocation"),
+    # ZeRO-1/2's own backward() allocates the contiguous IPG reduce buckets before it calls autograd: when it is
+    # the innermost frame, the failing allocation is a bucket (deeper frames would be autograd's)
+    (Phase.DS_BUCKET, "deepspeed/runtime/zero/stage_1_and_2", r"^backward$", None,
+     "ZeRO-1/2 backward() allocating its IPG reduce buckets"),
     (Phase.ZERO3_GATHER, "deepspeed/runtime/zero/partition", r"all_gather|allgather|_all_gather", None,
      "ZeRO-3 parameter all-gather"),
     (Phase.ZERO3_GATHER, "deepspeed/runtime/zero/partitioned_param_coordinator", r"fetch_sub_module|all_gather",

@@ -170,6 +170,7 @@ class ParserFactory(Protocol):
 
 from ..model import Frame, Stack  # noqa: E402  (kept next to its only user)
 
+LOST_FRAME = "(frame header not in the input)"
 _TB_START = "Traceback (most recent call last)"      # rich prints it without the colon, in a box
 # A frame as CPython prints it, as IPython prints it ("File /x.py:12, in f(a, b)"), and as rich
 # prints it ("/x.py:12 in f", after the box is removed by sources.forum_clean).
@@ -298,6 +299,12 @@ class TracebackTracker:
         if not stripped or set(stripped) <= set("^~ "):
             return
         if stripped.startswith(("...", "[Previous line repeated")):
+            return
+        if text[:1] in (" ", "\t") and st.frames and not st.expect_code:
+            # an indented line is source, never the exception line: a second one under a frame is the
+            # statement of a frame whose header the excerpt lost (its caller's file stands in for it)
+            last = st.frames[-1]
+            st.frames.append(Frame(last.filename, last.line, LOST_FRAME, stripped[:200]))
             return
         # the exception line ends the traceback
         st.active = False
