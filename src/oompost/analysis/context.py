@@ -68,6 +68,16 @@ class Context:
                 and not self.setup.deepspeed and not self.steps)
 
     @property
+    def growth_shown(self) -> bool:
+        """Some input shows memory rising across steps (DESIGN.md's leak): a step series that rises, a memory
+        print or reading that grows, or outputs accumulated on the GPU at the failing frame."""
+        from .phase import Phase
+        from .steps import leak_trend
+
+        return (leak_trend(self.steps) is not None or self.evidence.fact("cue.memory_growing") is not None
+                or self.phase.phase is Phase.RETAINED)
+
+    @property
     def has_memory_failure(self) -> bool:
         from ..model import FailureKind
 

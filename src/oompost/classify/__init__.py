@@ -33,6 +33,9 @@ def impossible_causes(ctx: Context) -> frozenset[Cause]:
     if (ctx.steps and flat(ctx.steps, ctx.limit_bytes) and _steps_reach_the_oom(ctx)
             and ctx.phase.phase is not Phase.RETAINED and ctx.evidence.fact("cue.evaluation") is None):
         out.add(Cause.LEAK)
+    # DESIGN.md's leak is memory rising step after step: with no input showing any rise, nothing supports it
+    if not ctx.growth_shown:
+        out.add(Cause.LEAK)
     return frozenset(out)
 
 

@@ -139,12 +139,6 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
     signals = tuple((f"{name} (learned weight)", round(w, 3)) for name, w in v.contributions)
     detail = _DETAIL.get(cause, "")
     title = _TITLES.get(cause, cause.value)
-    if cause is Cause.LEAK and not _growth_shown(ctx):
-        # the weights can prefer a leak for a bare message (threads like it often were leaks); the report
-        # must not claim a growth that no input shows
-        title = "Possibly a leak: no input shows memory growing"
-        detail = ("Nothing in these inputs shows memory rising from step to step; the verdict rests on the "
-                  "signals below, which in crashes like this one often came with a leak. " + detail)
     if ctx.phase.phase.value != "unknown" and ctx.oom is not None:
         detail += f" The failing allocation is in {ctx.phase.phase.value}"
         detail += f" ({ctx.phase.why})." if ctx.phase.why else "."
@@ -152,11 +146,3 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
                    fixes=fixes, not_fixes=() if ctx.is_serving else _NOT.get(cause, ()), signals=signals,
                    detail=detail, sub_cause=sub)
 
-
-def _growth_shown(ctx: "Context") -> bool:
-    """Some input shows memory that rises across steps: a step series, a growing memory print or reading,
-    or outputs being accumulated on the GPU at the failing frame."""
-    from ..analysis.steps import leak_trend
-
-    return (leak_trend(ctx.steps) is not None or ctx.evidence.fact("cue.memory_growing") is not None
-            or ctx.phase.phase.value == "retained_outputs")

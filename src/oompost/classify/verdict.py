@@ -13,7 +13,11 @@ Hard constraints override the weights:
   fitting cases without a failure);
 - a GPU OOM message always has a memory cause, never ``unknown``;
 - a request larger than the cached free memory plus what the limit still
-  allows cannot be fragmentation.
+  allows cannot be fragmentation;
+- a leak needs an input that shows memory rising (a step series or memory
+  prints that rise, a growing reading, outputs accumulated on the GPU at the
+  failing frame), and a step series that stays flat up to the OOM rules it
+  out (``classify.impossible_causes``).
 """
 
 from __future__ import annotations
