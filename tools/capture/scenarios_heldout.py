@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -610,4 +610,72 @@ def fifth_set() -> list[Scenario]:
                           Run("python", "epoch_metrics_loop.py", q + ["--keep", "argmax_cpu"], gpu_gib=12,
                               host_gib=6, capture=False, timeout=300))],
         priority=52))
+    return s
+
+
+def sixth_set() -> list[Scenario]:
+    """The sixth set (2026-12-04, second session, after the refit on 738 corpus cases): the HF Trainer with
+    its usual console output on Qwen2.5 shapes — an evaluation that keeps every batch's logits, a long-context
+    batch, and a 3B full fine-tune — on 22-24 GiB cards; defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+    q = ["--model", "qwen2.5-0.5b", "--output_dir", "{job}/hf_out", "--optim", "adamw_torch", "--log_level",
+         "info"] + _HF
+
+    # ---------------------------------------------------------------- leak, 24 GiB L4, HF Trainer eval logits
+    ev = q + ["--model_dtype", "float32", "--init_device", "cuda", "--emulate_card", "l4", "--max_steps", "4",
+              "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", "--max_seq_length", "512",
+              "--num_eval_samples", "160", "--eval_strategy", "steps", "--eval_steps", "4",
+              "--per_device_eval_batch_size", "4", "--compute_metrics", "accuracy"]
+    s.append(Scenario(
+        "leak_qwen2.5_0.5b_trainer_eval_logits_l4_24g",
+        "HF Trainer fine-tune of a Qwen2.5-0.5B-shaped model (fp32 weights, --bf16) on a 24 GB L4 with an "
+        "eval_dataset of 160 x 512 tokens and a compute_metrics: the evaluation at step 4 gathers every eval "
+        "batch's 4 x 512 x 151936 logits on the GPU (eval_accumulation_steps unset) until the OOM. The same run "
+        "with preprocess_logits_for_metrics keeping logits.argmax(-1) completes.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "the Trainer's eval loop keeps one batch of logits more at every eval step until the limit; "
+                "keeping only the argmax completes the same run"},
+        Run("python", "hf_trainer.py", ev, gpu_gib=22, host_gib=8, timeout=300, max_entries=10000),
+        counterfactuals=[("preprocess_logits_for_metrics keeps logits.argmax(-1) (same cap)",
+                          Run("python", "hf_trainer.py", ev + ["--preprocess_logits_argmax"], gpu_gib=22,
+                              host_gib=8, capture=False, timeout=300))],
+        priority=60))
+
+    # ---------------------------------------------------------------- activation_spike, 24 GiB 4090, long batch
+    sp = q + ["--emulate_card", "rtx4090", "--max_steps", "3", "--max_seq_length", "2048",
+              "--gradient_accumulation_steps", "1"]
+    s.append(Scenario(
+        "activation_spike_qwen2.5_0.5b_trainer_2k_batch8_4090_24g",
+        "HF Trainer fine-tune of a Qwen2.5-0.5B-shaped model in bf16 (adamw_torch) on a 24 GB RTX 4090 at "
+        "8 x 2048 tokens: the model states take ~2 GiB, but the batch's activations and the 151936-wide logits "
+        "upcast to fp32 for the loss do not fit. The same run at 1 x 2048 completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states fit (batch 1 completes under the same cap); the configured micro-batch's "
+                "activations and logits do not"},
+        Run("python", "hf_trainer.py", sp + ["--per_device_train_batch_size", "8"], gpu_gib=23.2, host_gib=8,
+            timeout=300, max_entries=10000),
+        counterfactuals=[("per_device_train_batch_size=1 (same cap)",
+                          Run("python", "hf_trainer.py", sp + ["--per_device_train_batch_size", "1"], gpu_gib=23.2,
+                              host_gib=8, capture=False, timeout=300))],
+        priority=61))
+
+    # ---------------------------------------------------------------- capacity, 24 GiB 3090, Qwen2.5-3B fp32
+    c3 = ["--model", "qwen2.5-3b", "--output_dir", "{job}/hf_out", "--optim", "adamw_torch", "--log_level",
+          "info"] + _HF + ["--model_dtype", "float32", "--init_device", "cuda", "--emulate_card", "rtx3090",
+                           "--max_steps", "3", "--gradient_accumulation_steps", "1", "--gradient_checkpointing"]
+    s.append(Scenario(
+        "capacity_qwen2.5_3b_fp32_trainer_3090_24g",
+        "HF Trainer full fine-tune of a Qwen2.5-3B-shaped model built in fp32 (--bf16 autocast, adamw_torch, "
+        "gradient checkpointing) on a 24 GB RTX 3090 at 2 x 1024 tokens: fp32 weights and gradients (2 x 11.5 "
+        "GiB) already fill the card before Adam's two fp32 moments. The same run at 1 x 128 tokens fails too.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "3.09B parameters x 16 bytes of weights, gradients and Adam moments exceed the allowed 23.19 GiB "
+                "whatever the batch; 1 x 128 tokens runs out of memory too"},
+        Run("python", "hf_trainer.py", c3 + ["--per_device_train_batch_size", "2", "--max_seq_length", "1024"],
+            gpu_gib=23.7, host_gib=8, timeout=300, max_entries=8000),
+        counterfactuals=[("1 x 128 tokens (same cap): oom too",
+                          Run("python", "hf_trainer.py", c3 + ["--per_device_train_batch_size", "1",
+                                                                "--max_seq_length", "128"], gpu_gib=23.7,
+                              host_gib=8, capture=False, timeout=300))],
+        priority=62))
     return s
