@@ -110,13 +110,16 @@ class Recorder:
 
     def __init__(self, dir: str = "oompost-capture", *, max_entries: int = 100_000, stacks: str = "python",
                  once: bool = True, steps: bool = True, max_step_lines: int = 20_000,
-                 context: str = "all") -> None:
+                 context: str = "alloc") -> None:
         self.dir = os.fspath(dir)
         self.max_entries = int(max_entries)
         self.stacks = stacks
-        # torch's history context: "all" (stacks at allocations and frees, torch's default) or
-        # "alloc" (allocations only; oompost pairs each free with its allocation's stack itself).
-        # Measured on the H200 (docs/record.md), "alloc" saves nothing within the noise.
+        # torch's history context: "alloc" (stacks at allocations only; oompost pairs each free with its
+        # allocation's stack itself) or "all" (at frees too, torch's default).  "alloc" is the default:
+        # with "all", torch 2.11 turns an OOM inside backward's checkpoint recomputation into
+        # "SystemError: ... run_backward ... returned NULL without setting an exception" (the job loses
+        # its OOM message; tools/capture/observer_probe.py, docs/record.md); "alloc" keeps the OOM.
+        # The overhead of the two is the same within the noise (docs/record.md).
         self.context = context
         self.once = once
         self.auto_steps = steps
@@ -464,7 +467,7 @@ def _engine_config(engine: Any) -> dict[str, Any] | None:
 
 
 def enable(dir: str = "oompost-capture", *, max_entries: int = 100_000, stacks: str = "python",
-           once: bool = True, steps: bool = True, max_step_lines: int = 20_000, context: str = "all") -> Recorder:
+           once: bool = True, steps: bool = True, max_step_lines: int = 20_000, context: str = "alloc") -> Recorder:
     """Start recording (see the module docstring); returns the Recorder.
 
     ``max_entries`` bounds the trace ring buffer (and the pickle size);
