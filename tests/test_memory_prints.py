@@ -94,3 +94,17 @@ def test_a_code_line_whose_frame_header_was_cut_still_places_the_allocation(tmp_
     assert "reduce_bucket_size" in ctx.oom.stack.frames[-1].code
     whole = build_context(parse_paths([str(CORPUS / "OpenBMB__VisCPM__23" / "log.txt")]))
     assert whole.phase.phase.value == "ds_bucket"
+
+
+def test_model_states_that_alone_exceed_the_limit_rule_out_the_causes_of_a_step():
+    # a 3.09B fp32 full fine-tune (HF Trainer, gradient checkpointing) on a 23.19 GiB cap, OOM in backward's
+    # recomputation: the activation rule had counted the configured step's 60 GiB, model states included
+    from oompost.classify import impossible_causes
+    from oompost.classify.base import Cause
+
+    cap = ROOT / "sample_logs" / "capacity_qwen2.5_3b_fp32_trainer_3090_24g"
+    ctx = build_context(parse_paths([str(cap)]))
+    assert {Cause.ACTIVATION_SPIKE, Cause.FRAGMENTATION} <= impossible_causes(ctx)
+    assert analyze(str(cap)).cause == "capacity"
+    fits = ROOT / "sample_logs" / "activation_spike_eager_attention_hf_trainer_a100_40g"
+    assert Cause.ACTIVATION_SPIKE not in impossible_causes(build_context(parse_paths([str(fits)])))

@@ -36,7 +36,41 @@ def impossible_causes(ctx: Context) -> frozenset[Cause]:
     # DESIGN.md's leak is memory rising step after step: with no input showing any rise, nothing supports it
     if not ctx.growth_shown:
         out.add(Cause.LEAK)
+    if _states_alone_exceed_the_limit(ctx):
+        # capacity proven by arithmetic holds, and DESIGN.md's order puts it before the causes of a step
+        out |= {Cause.LEAK, Cause.COMM_BUFFER, Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE}
     return frozenset(out)
+
+
+_TRAINING = (Phase.BACKWARD, Phase.OPTIMIZER_STEP, Phase.OPTIMIZER_INIT, Phase.GRAD_PARTITION)
+
+
+def _states_alone_exceed_the_limit(ctx: Context) -> bool:
+    """A training run whose model states alone exceed the limit, on figures the inputs state: the parameter
+    count printed by the run (not guessed from a name), every parameter trained (no adapters), no DeepSpeed
+    partitioning or offload to misread, and the failing allocation in training (backward, the optimizer)."""
+    s, e, L = ctx.setup, ctx.estimate_min, ctx.limit_bytes
+    if e is None or not L or s.model_params is None or s.lora_r is not None or s.deepspeed:
+        return False
+    if s.trainable_params is not None and s.trainable_params.value < 0.9 * s.model_params.value:
+        return False
+    if not _training(ctx):
+        return False
+    return e.model_states_bytes > 1.1 * L
+
+
+# frames only a training step runs: the HF Trainer's step, autograd's engine, a checkpoint's recomputation
+_TRAINING_FRAMES = frozenset(("training_step", "_engine_run_backward", "run_backward", "recompute_fn",
+                              "unpack_hook"))
+
+
+def _training(ctx: Context) -> bool:
+    """The failing allocation belongs to a training step: backward or the optimizer by its phase, or a
+    forward whose stack runs inside a training step (the Trainer's step, autograd, a recomputation)."""
+    if ctx.phase.phase in _TRAINING:
+        return True
+    o = ctx.oom
+    return o is not None and any(fr.name in _TRAINING_FRAMES for fr in o.stack.frames)
 
 
 def _steps_reach_the_oom(ctx: Context) -> bool:

@@ -58,7 +58,13 @@ class ActivationSpike:
         elif ctx.estimate is not None and L:
             act = ctx.estimate.step_peak_bytes
             numbers.append(("memory model: configured step peak", b(act)))
-            if act > L:
+            least = ctx.estimate_min.predicted_peak_bytes if ctx.estimate_min is not None else None
+            if least is not None and least > 1.03 * L:
+                # the configured step's excess is the model states': micro-batch 1 with full recompute does
+                # not fit either, so the activations are not what fails (DESIGN.md: capacity)
+                signals.append((f"even micro-batch 1 with full recompute needs {b(least)} > {b(L)}: model "
+                                "states, not activations", -0.3))
+            elif act > L:
                 signals.append((f"the configured micro-batch × sequence length needs {b(act)} per step", 0.25))
         elif A is not None and L and A >= 0.9 * L and (o.reserved_unallocated_bytes or 0) < 0.1 * L:
             signals.append(("live tensors fill the limit during the step (little is cached or fragmented)", 0.25))
