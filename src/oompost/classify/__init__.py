@@ -14,74 +14,9 @@ from __future__ import annotations
 import dataclasses
 
 from ..analysis.context import Context
-from ..analysis.phase import Phase
-from ..analysis.steps import flat
 from .base import Cause, Finding, Severity
-from .rules._common import HOLD, headroom
-
-
-def impossible_causes(ctx: Context) -> frozenset[Cause]:
-    """Causes that physics rules out, whatever the weights say."""
-    out = set()
-    o = ctx.oom
-    if o is not None and o.requested_bytes and o.reserved_unallocated_bytes is not None:
-        h = headroom(ctx)
-        if h is not None and o.requested_bytes > o.reserved_unallocated_bytes + h:
-            out.add(Cause.FRAGMENTATION)      # even one perfect block of all free memory is too small
-    # the steps logged up to the OOM hold allocated memory flat: nothing is kept from step to step (an
-    # evaluation loop between the logged steps can still keep its outputs: not ruled out then)
-    if (ctx.steps and flat(ctx.steps, ctx.limit_bytes) and _steps_reach_the_oom(ctx)
-            and ctx.phase.phase is not Phase.RETAINED and ctx.evidence.fact("cue.evaluation") is None):
-        out.add(Cause.LEAK)
-    # DESIGN.md's leak is memory rising step after step: with no input showing any rise, nothing supports it
-    if not ctx.growth_shown:
-        out.add(Cause.LEAK)
-    if _states_alone_exceed_the_limit(ctx):
-        # capacity proven by arithmetic holds, and DESIGN.md's order puts it before the causes of a step
-        out |= {Cause.LEAK, Cause.COMM_BUFFER, Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE}
-    return frozenset(out)
-
-
-_TRAINING = (Phase.BACKWARD, Phase.OPTIMIZER_STEP, Phase.OPTIMIZER_INIT, Phase.GRAD_PARTITION)
-
-
-def _states_alone_exceed_the_limit(ctx: Context) -> bool:
-    """A training run whose model states alone exceed the limit, on figures the inputs state: the parameter
-    count printed by the run (not guessed from a name), every parameter trained (no adapters), no DeepSpeed
-    partitioning or offload to misread, and the failing allocation in training (backward, the optimizer)."""
-    s, e, L = ctx.setup, ctx.estimate_min, ctx.limit_bytes
-    if e is None or not L or s.model_params is None or s.lora_r is not None or s.deepspeed:
-        return False
-    if s.trainable_params is not None and s.trainable_params.value < 0.9 * s.model_params.value:
-        return False
-    if not _training(ctx):
-        return False
-    return e.model_states_bytes > 1.1 * L
-
-
-# frames only a training step runs: the HF Trainer's step, autograd's engine, a checkpoint's recomputation
-_TRAINING_FRAMES = frozenset(("training_step", "_engine_run_backward", "run_backward", "recompute_fn",
-                              "unpack_hook"))
-
-
-def _training(ctx: Context) -> bool:
-    """The failing allocation belongs to a training step: backward or the optimizer by its phase, or a
-    forward whose stack runs inside a training step (the Trainer's step, autograd, a recomputation)."""
-    if ctx.phase.phase in _TRAINING:
-        return True
-    o = ctx.oom
-    return o is not None and any(fr.name in _TRAINING_FRAMES for fr in o.stack.frames)
-
-
-def _steps_reach_the_oom(ctx: Context) -> bool:
-    """The logged steps run up to the OOM: the last step line shortly before the OOM in the same log,
-    or oompost.record's step file (it logs every step until the OOM)."""
-    last = ctx.steps[-1].reading.ref
-    if last.source.rsplit("/", 1)[-1].startswith("steps_rank"):
-        return True
-    o = ctx.oom
-    return (o is not None and o.ref.source == last.source and o.ref.line is not None and last.line is not None
-            and 0 < o.ref.line - last.line <= 300)
+from .constraints import impossible_causes
+from .rules._common import HOLD
 
 
 def _run(rule, ctx: Context, advice: list[Finding]) -> list[Finding]:  # type: ignore[no-untyped-def]
