@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Turn oompost's rerun plans for the captured scenarios into runs.
 
-    python tools/capture/rerun.py plan  -o reruns.json      # here: analyse sample_logs/*, write run specs
+    python tools/capture/rerun.py plan  -o reruns.json [--only NAME,...]  # here: analyse sample_logs/*, write specs
     python tools/capture/run.py --reruns reruns.json --out $OUT   # GPU machine: run them
     python tools/capture/rerun.py merge EXTRACTED_DIR        # here: record the outcomes in capture.json
 
@@ -44,13 +44,15 @@ NOT_RUNNABLE = {
 # document has --long_batch_length tokens; "truncate sequences to N tokens" is that
 # document cut to N tokens.
 ARG_MAP = {"activation_spike_long_batch": {"max_seq_length": "long_batch_length"}}
+# the same, per capture script: hf_trainer.py builds the model itself, in --model_dtype
+SCRIPT_ARG_MAP = {"hf_trainer.py": {"torch_dtype": "model_dtype"}}
 
 
-def plan_for(report_rerun: dict, run_args: list[str], scenario: str = "") -> list[str]:
+def plan_for(report_rerun: dict, run_args: list[str], scenario: str = "", script: str = "") -> list[str]:
     """The scenario's arguments with the plan's trainer_args applied."""
     args = list(run_args)
     for key, value in (report_rerun.get("trainer_args") or {}).items():
-        key = ARG_MAP.get(scenario, {}).get(key, key)
+        key = ARG_MAP.get(scenario, {}).get(key, SCRIPT_ARG_MAP.get(script, {}).get(key, key))
         flag = f"--{key}"
         if isinstance(value, bool):
             if flag in args:
@@ -69,20 +71,22 @@ def plan_for(report_rerun: dict, run_args: list[str], scenario: str = "") -> lis
     return args
 
 
-def cmd_plan(out: str) -> int:
+def cmd_plan(out: str, only: set[str] | None = None) -> int:
     import oompost
+    from scenarios_heldout import heldout_scenarios
 
     specs = []
-    for sc in scenarios():
+    # the sample_logs scenarios, and held-out ones that moved to sample_logs after driving a fix
+    for sc in scenarios() + heldout_scenarios():
         d = SAMPLES / sc.name
-        if not d.exists():
+        if not d.exists() or (only and sc.name not in only):
             continue
         report = oompost.analyze([str(d)]).to_json()
         rr = report.get("rerun")
         if not rr or sc.name in NOT_RUNNABLE:
             continue
         run = sc.run
-        args = plan_for(rr, run.args, sc.name)
+        args = plan_for(rr, run.args, sc.name, run.script)
         if sc.fragmentation_search:
             cap = json.loads((d / "capture.json").read_text())["fragmentation_search"]["chosen"]["cap_gib"]
             args += ["--memory_limit_gib", str(cap)]
@@ -166,11 +170,14 @@ def main() -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("plan")
     p.add_argument("-o", "--out", default="reruns.json")
+    p.add_argument("--only", default="", help="comma-separated scenario names")
     m = sub.add_parser("merge")
     m.add_argument("src")
     m.add_argument("--specs", default="reruns.json")
     a = ap.parse_args()
-    return cmd_plan(a.out) if a.cmd == "plan" else cmd_merge(a.src, a.specs)
+    if a.cmd == "plan":
+        return cmd_plan(a.out, {x for x in a.only.split(",") if x} or None)
+    return cmd_merge(a.src, a.specs)
 
 
 if __name__ == "__main__":

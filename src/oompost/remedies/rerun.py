@@ -299,6 +299,12 @@ def _capacity(ctx: Context, d: _Draft) -> bool:
             d.args["lora_r"] = 16
             _set_ckpt(d)
             d.changes.append("train LoRA adapters (r=16) instead of all weights: nothing else fits this GPU")
+            if not s.deepspeed:
+                # the prediction holds the frozen base in 16-bit (estimate/states.py): say so, a base left in
+                # fp32 takes twice that (a capture's rerun kept its fp32 build: 17.2 GiB against 12.8)
+                d.args["torch_dtype"] = "bfloat16"
+                d.changes.append("load the frozen base model in bfloat16 (from_pretrained(torch_dtype=torch."
+                                 "bfloat16)): the prediction assumes 16-bit base weights")
             d.estimate = lora
             return True
         d.notes.append("no ZeRO / offload setting is predicted to fit on this GPU count; add GPUs or use a "
