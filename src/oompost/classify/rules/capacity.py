@@ -47,9 +47,11 @@ class Capacity:
         if e is not None:
             need = e.predicted_peak_bytes
             states = e.model_states_bytes
+            ds = ctx.setup.deepspeed
             numbers += [("model", f"{int(ctx.setup.get('model_params')):,} params"),
-                        ("model states per GPU (configured ZeRO/offload)", b(states)),
-                        ("start-up peak (deepspeed.initialize)", b(e.startup_peak_bytes)),
+                        ("model states per GPU (configured ZeRO/offload)" if ds else
+                         "model states (weights, gradients, optimizer)", b(states)),
+                        *((("start-up peak (deepspeed.initialize)", b(e.startup_peak_bytes)),) if ds else ()),
                         ("smallest run: micro-batch 1, full recompute", b(need))]
             if need > 1.03 * L:
                 signals.append((f"even micro-batch 1 with full recompute needs {b(need)} > {b(L)}", 0.55))
@@ -86,11 +88,15 @@ class Capacity:
                  else f"The run fails in {ctx.phase.phase.value.replace('_', ' ')}")
         detail = (where + (f" at {ctx.location}" if ctx.location else "")
                   + f". {label[:1].upper() + label[1:]} is {b(L)}. ")
-        if e is not None:
+        if e is not None and ctx.setup.deepspeed:
             detail += (f"Under the configured ZeRO stage {ctx.train_setup.zero_stage if ctx.train_setup else '?'} "
                        f"and offload, model states take {b(e.model_states_bytes)} per GPU and the start-up peak is "
                        f"{b(e.startup_peak_bytes)}; the smallest possible batch still needs {b(e.predicted_peak_bytes)}. "
                        "No batch size or allocator setting makes this fit.")
+        elif e is not None:
+            detail += (f"The weights, gradients and optimizer states this run keeps on the GPU take "
+                       f"{b(e.model_states_bytes)}; the smallest possible batch still needs "
+                       f"{b(e.predicted_peak_bytes)}. No batch size or allocator setting makes this fit.")
         elif startup_phase and not completed:
             detail += "The failing allocation builds model states, before any training step ran."
         else:
