@@ -49,3 +49,18 @@ def test_model_states_that_alone_exceed_the_limit_rule_out_the_causes_of_a_step(
     assert analyze(str(cap)).cause == "capacity"
     fits = ROOT / "sample_logs" / "activation_spike_eager_attention_hf_trainer_a100_40g"
     assert Cause.ACTIVATION_SPIKE not in impossible_causes(build_context(parse_paths([str(fits)])))
+
+
+def test_outputs_kept_from_every_batch_are_a_leak_before_fragmentation():
+    # HF Trainer evaluation without eval_accumulation_steps: the OOM is in nested_concat, whose numbers also
+    # fit fragmentation (two held-out captures were called fragmentation before this constraint)
+    from oompost.classify import impossible_causes
+    from oompost.classify.base import Cause
+
+    for name in ("leak_pythia410m_trainer_eval_logits_t4_16g", "leak_qwen2.5_0.5b_trainer_eval_logits_l4_24g"):
+        ctx = build_context(parse_paths([str(ROOT / "sample_logs" / name)]))
+        assert ctx.phase.phase.value == "retained_outputs"
+        assert {Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE} <= impossible_causes(ctx)
+        assert analyze(str(ROOT / "sample_logs" / name)).cause == "leak"
+    frag = build_context(parse_paths([str(ROOT / "sample_logs" / "fragmentation_dynamic_padding")]))
+    assert Cause.FRAGMENTATION not in impossible_causes(frag)
