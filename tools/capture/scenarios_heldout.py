@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set()
 
 
 def second_set() -> list[Scenario]:
@@ -678,4 +678,72 @@ def sixth_set() -> list[Scenario]:
                                                                 "--max_seq_length", "128"], gpu_gib=23.7,
                               host_gib=8, capture=False, timeout=300))],
         priority=62))
+    return s
+
+
+def seventh_set() -> list[Scenario]:
+    """The seventh set (2026-12-04, second session, after the constraints and the last refit): the HF Trainer
+    on shapes and cards not used before — a Llama-3.2-1B fp32 full fine-tune on a 12 GiB card, a ViT-Base at
+    448 px with a large batch on a 16 GiB card, an OPT-350M evaluation that keeps every batch's logits on a
+    12 GiB card; defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+    hf = ["--optim", "adamw_torch", "--log_level", "info", "--output_dir", "{job}/hf_out"] + _HF
+
+    # ---------------------------------------------------------------- capacity, 12 GiB 4070, Llama-3.2-1B fp32
+    c = hf + ["--model", "llama3.2-1b", "--model_dtype", "float32", "--init_device", "cuda", "--emulate_card",
+              "rtx4070", "--max_steps", "3", "--gradient_accumulation_steps", "1", "--gradient_checkpointing"]
+    s.append(Scenario(
+        "capacity_llama3.2_1b_fp32_trainer_4070_12g",
+        "HF Trainer full fine-tune of a Llama-3.2-1B-shaped model (GQA) built in fp32 (--bf16 autocast, "
+        "adamw_torch, gradient checkpointing) on a 12 GB RTX 4070 at 2 x 512 tokens: 1.24B parameters x 16 bytes "
+        "of weights, gradients and Adam moments cannot fit in 11.22 GiB. The same run at 1 x 64 tokens fails too.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "full fine-tuning's model states exceed the allowed cap whatever the batch; 1 x 64 tokens runs "
+                "out of memory too"},
+        Run("python", "hf_trainer.py", c + ["--per_device_train_batch_size", "2", "--max_seq_length", "512"],
+            gpu_gib=12, host_gib=8, timeout=300, max_entries=8000),
+        counterfactuals=[("1 x 64 tokens (same cap): oom too",
+                          Run("python", "hf_trainer.py", c + ["--per_device_train_batch_size", "1",
+                                                               "--max_seq_length", "64"], gpu_gib=12, host_gib=8,
+                              capture=False, timeout=300))],
+        priority=70))
+
+    # ---------------------------------------------------------------- activation_spike, 16 GiB 4080, ViT-B 448 px
+    v = hf + ["--task", "image-classification", "--model", "vit-base", "--image_size", "448", "--model_dtype",
+              "float32", "--init_device", "cuda", "--emulate_card", "rtx4080", "--num_samples", "2048",
+              "--max_steps", "4"]
+    s.append(Scenario(
+        "activation_spike_vit_base_448_trainer_4080_16g",
+        "HF Trainer fine-tune of a ViT-Base/16-shaped image classifier (86M, fp32 weights, --bf16 autocast) at "
+        "448 px (785 tokens per image) with per_device_train_batch_size=256 on a 16 GB RTX 4080: the model states "
+        "take ~1.4 GiB, the batch's activations do not fit. The same run at batch 16 completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states fit (batch 16 completes under the same cap); batch 256's activations do not"},
+        Run("python", "hf_trainer.py", v + ["--per_device_train_batch_size", "256"], gpu_gib=16.2, host_gib=8,
+            timeout=300, max_entries=10000),
+        counterfactuals=[("per_device_train_batch_size=16 (same cap)",
+                          Run("python", "hf_trainer.py", v + ["--per_device_train_batch_size", "16"], gpu_gib=16.2,
+                              host_gib=8, capture=False, timeout=300))],
+        priority=71))
+
+    # ---------------------------------------------------------------- leak, 12 GiB 3060, OPT-350M eval logits
+    ev = hf + ["--model", "opt-350m", "--model_dtype", "float32", "--init_device", "cuda", "--emulate_card",
+               "rtx3060-12g", "--max_steps", "4", "--per_device_train_batch_size", "2",
+               "--gradient_accumulation_steps", "2", "--max_seq_length", "1024", "--num_eval_samples", "256",
+               "--eval_strategy", "steps", "--eval_steps", "4", "--per_device_eval_batch_size", "8",
+               "--compute_metrics", "accuracy"]
+    s.append(Scenario(
+        "leak_opt350m_trainer_eval_logits_3060_12g",
+        "HF Trainer fine-tune of an OPT-350M-shaped model (fp32 weights, --bf16) on a 12 GB RTX 3060 with an "
+        "eval set of 256 x 1024 tokens and a compute_metrics: the evaluation at step 4 gathers every eval batch's "
+        "8 x 1024 x 50272 logits on the GPU (eval_accumulation_steps unset) until the OOM. The same run with "
+        "preprocess_logits_for_metrics keeping logits.argmax(-1) completes.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "the Trainer's eval loop keeps one batch of logits more at every eval step until the limit; "
+                "keeping only the argmax completes the same run"},
+        Run("python", "hf_trainer.py", ev, gpu_gib=12, host_gib=8, timeout=300, max_entries=10000),
+        counterfactuals=[("preprocess_logits_for_metrics keeps logits.argmax(-1) (same cap)",
+                          Run("python", "hf_trainer.py", ev + ["--preprocess_logits_argmax"], gpu_gib=12,
+                              host_gib=8, capture=False, timeout=300))],
+        priority=72))
     return s
