@@ -138,11 +138,9 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
         fixes = _SERVING_CAPACITY
     signals = tuple((f"{name} (learned weight)", round(w, 3)) for name, w in v.contributions)
     detail = _DETAIL.get(cause, "")
-    title = _TITLES.get(cause, cause.value)
     if ctx.phase.phase.value != "unknown" and ctx.oom is not None:
         detail += f" The failing allocation is in {ctx.phase.phase.value}"
         detail += f" ({ctx.phase.why})." if ctx.phase.why else "."
-    return Finding("VERDICT", cause, title, v.probability, evidence=tuple(refs[:5]),
+    return Finding("VERDICT", cause, _TITLES.get(cause, cause.value), v.probability, evidence=tuple(refs[:5]),
                    fixes=fixes, not_fixes=() if ctx.is_serving else _NOT.get(cause, ()), signals=signals,
                    detail=detail, sub_cause=sub)
-

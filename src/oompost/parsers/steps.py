@@ -101,7 +101,7 @@ class StepParser:
         self._seen_steps: dict[int | None, int] = {}
         self._stride: dict[int | None, int] = {}
         self._layouts: dict[bytes, tuple[_Layout | None, tuple[int, int] | None]] = {}
-        # memory prints without a step number, by rank and line shape (the line with its digits as 0s)
+        # memory prints without a step number, by rank and line shape (the line with its numbers as #)
         self._prints: dict[tuple[int | None, str], collections.deque] = {}
 
     # Step lines can be most of a 100 MB log.  They are kept cheaply (the last
@@ -230,10 +230,10 @@ class StepParser:
 
     # A loop that prints its memory without a step number (``print(f"allocated: {a:.1f} MB")`` each
     # iteration, ``mem 6.95GB``) prints the same line shape (its numbers as ``#``) again and again: a
-    # shape seen MIN_PRINTS times is a series, its prints numbered in order.  (The cue parser's
+    # shape seen MIN_PRINTS times is a series, its prints numbered in order.  Used only for a rank with
+    # no numbered step lines, and only the longest such series of the rank.  (The cue parser's
     # ``cue.memory_growing`` says that *some* figure grows, nvidia-smi's included; this reads the
-    # allocator's own figures, with their units, for the leak test and its numbers.)  Used only for a rank with no numbered
-    # step lines, and only the longest such series of the rank.
+    # allocator's own figures, with their units, for the leak test and its numbers.)
     MIN_PRINTS = 4
     MAX_PRINT_SHAPES = 256
 
@@ -263,19 +263,17 @@ class StepParser:
                 best[rank] = series
         for rank, series in best.items():
             for i, ln in enumerate(series, start=1):
-                values = {slot: int(float(ln.text[c:d]) * mult) for slot, c, d, mult in _figures_of(ln.text)}
-                self.out.memory.append(MemoryReading(
-                    ref(self.path, ln), label="print", step=i, rank=rank,
-                    allocated=values.get("allocated"), max_allocated=values.get("max_allocated"),
-                    reserved=values.get("reserved"), max_reserved=values.get("max_reserved")))
+                self._reading(ln, "print", i, rank, _figures_of(ln.text))
 
     def _memory(self, text: str, ln: LogLine, rank: int | None, layout: "_Layout") -> None:
         (a, b), figures = layout
-        values: dict[str, int] = {}
-        for slot, c, d, mult in figures:
-            values[slot] = int(float(text[c:d]) * mult)
+        self._reading(ln, "step", int(text[a:b]), rank, figures)
+
+    def _reading(self, ln: LogLine, label: str, step: int, rank: int | None,
+                 figures: tuple[tuple[str, int, int, int], ...]) -> None:
+        values = {slot: int(float(ln.text[c:d]) * mult) for slot, c, d, mult in figures}
         self.out.memory.append(MemoryReading(
-            ref(self.path, ln), label="step", step=int(text[a:b]), rank=rank,
+            ref(self.path, ln), label=label, step=step, rank=rank,
             allocated=values.get("allocated"), max_allocated=values.get("max_allocated"),
             reserved=values.get("reserved"), max_reserved=values.get("max_reserved")))
 

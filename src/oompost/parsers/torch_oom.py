@@ -159,25 +159,24 @@ class TorchOomParser:
             return False
         old = self.out.ooms[idx]
         text = ln.text.strip()
-        event, joined = None, ""
-        if self._CONTINUATION.search(ln.text):
-            joined = so_far + " " + text
-            event = self._parse_line(joined, ln, rank)
-        if event is None or _figures(event) <= _figures(old):
+        continues = self._CONTINUATION.search(ln.text) is not None
+        sep = " "
+        event = self._parse_line(so_far + sep + text, ln, rank) if continues else None
+        if event is None or _figure_count(event) <= _figure_count(old):
             # a terminal that wraps at a fixed width cuts words ("has a to" / "tal capacity of 23.67 GiB"):
             # the line belongs to the message when, joined without a space, it adds the message's figures
-            glued = so_far + text
-            cut = self._parse_line(glued, ln, rank)
-            if cut is not None and cut.requested_bytes == old.requested_bytes and _figures(cut) > _figures(old):
-                event, joined = cut, glued
-        if event is None and not joined:
+            cut = self._parse_line(so_far + text, ln, rank)
+            if cut is not None and cut.requested_bytes == old.requested_bytes and \
+                    _figure_count(cut) > _figure_count(old):
+                event, sep, continues = cut, "", True
+        if not continues:
             del self._wrapped[rank]
             return False
+        joined = so_far + sep + text
         if event is not None and event.requested_bytes == old.requested_bytes:
             import dataclasses
 
             # the quoted evidence is the whole message, its continuation lines joined (still cited at its first line)
-            sep = "" if joined == so_far + text else " "
             quoted = ref(self.path, ln, old.ref.text + sep + ln.raw.strip())
             self.out.ooms[idx] = dataclasses.replace(
                 event, ref=dataclasses.replace(old.ref, text=quoted.text),
@@ -337,7 +336,7 @@ class TorchOomParser:
         return self.tb.stack_for(rank)
 
 
-def _figures(e: OomEvent) -> int:
+def _figure_count(e: OomEvent) -> int:
     """How many of the message's figures an event carries (a continuation line must add some)."""
     return sum(v is not None for v in (e.capacity_bytes, e.free_bytes, e.allowed_bytes, e.allocated_bytes,
                                        e.reserved_bytes, e.reserved_unallocated_bytes, e.process_in_use_bytes))
