@@ -14,13 +14,19 @@ BARE = ROOT / "sample_logs" / "leak_pythia410m_bare_memory_prints_t4" / "run.log
 CORPUS = ROOT / "tests" / "corpus"
 
 
-def test_a_flat_step_series_up_to_the_oom_rules_out_a_leak():
+def test_a_flat_step_series_up_to_the_oom_rules_out_a_leak(tmp_path):
+    import shutil
+
     from oompost.classify import impossible_causes
     from oompost.classify.base import Cause
 
     record = ROOT / "tests" / "data" / "record"
     flat = build_context(parse_paths([str(record / "hf_spike")]))      # 42 steps at 2.86 GiB, then the OOM
     assert len(flat.steps) >= 5 and Cause.LEAK in impossible_causes(flat)
+    # the recorder's step file is known by its lines, not its name
+    for f in ("snapshot_rank0_oom.pickle.gz", "steps_rank0.jsonl"):
+        shutil.copy(record / "hf_spike" / f, tmp_path / ("a.pickle.gz" if f.endswith(".gz") else "b.jsonl"))
+    assert Cause.LEAK in impossible_causes(build_context(parse_paths([str(tmp_path)])))
     growing = build_context(parse_paths([str(record / "plain_leak")]))
     assert Cause.LEAK not in impossible_causes(growing)
     prints = build_context(parse_paths([str(BARE)]))

@@ -77,9 +77,10 @@ def _training(ctx: Context) -> bool:
 
 def _steps_reach_the_oom(ctx: Context) -> bool:
     """The logged steps run up to the OOM: the last step line shortly before the OOM in the same log,
-    or oompost.record's step file (it logs every step until the OOM)."""
+    or a line of oompost.record's step file (it logs every step until the OOM), known by its content."""
     last = ctx.steps[-1].reading.ref
-    if last.source.rsplit("/", 1)[-1].startswith("steps_rank"):
+    text = (last.text or "").lstrip()
+    if text.startswith('{"step"') and '"allocated_gib"' in text:
         return True
     o = ctx.oom
     return (o is not None and o.ref.source == last.source and o.ref.line is not None and last.line is not None
