@@ -44,6 +44,7 @@ class Context:
     estimate: Estimate | None = None               # the configured run
     estimate_min: Estimate | None = None           # micro-batch 1, full recompute
     notes: tuple[str, ...] = field(default_factory=tuple)
+    retention: Any = None                          # analysis.retention.Retention: kept across steps (snapshot)
 
     # ---- convenience for rules
     def failures_of(self, *kinds: Any) -> tuple[Failure, ...]:
@@ -70,12 +71,13 @@ class Context:
     @property
     def growth_shown(self) -> bool:
         """Some input shows memory rising across steps (DESIGN.md's leak): a step series that rises, a memory
-        print or reading that grows, or outputs accumulated on the GPU at the failing frame."""
+        print or reading that grows, outputs accumulated on the GPU at the failing frame, or a snapshot whose live
+        blocks were kept from earlier steps (analysis.retention)."""
         from .phase import Phase
         from .steps import leak_trend
 
         return (leak_trend(self.steps) is not None or self.evidence.fact("cue.memory_growing") is not None
-                or self.phase.phase is Phase.RETAINED)
+                or self.phase.phase is Phase.RETAINED or self.retention is not None)
 
     @property
     def has_memory_failure(self) -> bool:
@@ -270,6 +272,14 @@ def build_context(ev: Evidence) -> Context:
             est_min = estimate(spec, make_train_setup(setup, micro_batch=1, grad_ckpt=True), device_bytes=limit)
         except (TypeError, ValueError) as e:
             notes.append(f"memory model unavailable: {e}")
+    kept = None
+    if snap is not None and any(snap.traces):
+        try:
+            from .retention import retention
+
+            kept = retention(snap)
+        except Exception as e:  # a malformed trace must not stop the analysis
+            notes.append(f"retention analysis unavailable: {type(e).__name__}: {e}")
     location = f"{loc.filename}:{loc.line} in {loc.name}" if loc else ""
     return Context(ev, setup, ranks, first, oom, limit, limit_source, phase, location, steps, snap, metrics, cfs,
-                   spec, ts, est, est_min, tuple(notes))
+                   spec, ts, est, est_min, tuple(notes), kept)

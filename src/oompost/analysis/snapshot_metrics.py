@@ -915,7 +915,7 @@ def timeline(snap: Snapshot, device: int = 0, max_points: int = 600) -> list[Tim
 # --------------------------------------------------------------- top stacks
 
 
-def _segments_at(snap: Snapshot, device: int, at: Literal["oom", "end"] | int) -> tuple[Segment, ...]:
+def segments_at(snap: Snapshot, device: int, at: Literal["oom", "end"] | int) -> tuple[Segment, ...]:
     trace = device_trace(snap, device)
     if at == "end":
         return tuple(device_segments(snap, device))
@@ -934,7 +934,7 @@ def top_stacks(snap: Snapshot, n: int = 10, at: Literal["oom", "end"] | int = "o
     the first user frame of each block's allocation stack, largest first."""
     dev = oom_device(snap) if device is None else device
     groups: dict[str, list] = {}
-    for s in _segments_at(snap, dev, at):
+    for s in segments_at(snap, dev, at):
         for b in s.blocks:
             if b.state == INACTIVE:
                 continue
@@ -958,7 +958,7 @@ def segment_map(snap: Snapshot, device: int = 0, at: Literal["oom", "end"] | int
     """Segments with their blocks (offset, size, state) for drawing the holes,
     at the OOM by default (reconstructed when the snapshot came later)."""
     out: list[SegmentView] = []
-    for s in _segments_at(snap, device, at):
+    for s in segments_at(snap, device, at):
         out.append(SegmentView(s.address, s.total_size, s.stream, s.segment_type, s.pool_id, s.is_expandable,
                                tuple(BlockView(b.address - s.address, b.size, b.state, b.requested_size)
                                      for b in s.blocks)))

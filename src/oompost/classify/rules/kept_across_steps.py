@@ -1,0 +1,59 @@
+"""LEAK003 — a snapshot shows tensors kept from every earlier step.
+
+**Cause**  A training step frees what its forward allocated before the next
+optimizer step.  In this snapshot, live blocks at the OOM that a forward
+allocated before the last optimizer step are still there, and one allocation
+site holds more of them than a whole step allocates there: each step leaves
+one behind (logits appended to a list for metrics, ``total_loss += loss``
+keeping every step's graph, a forward hook that stores features).  Allocated
+memory at the same point of the step rises by that much every step until the
+limit — DESIGN.md's leak, read from its end instead of from step lines.
+
+**Fix**  Keep Python numbers (``loss.item()``) or host copies
+(``logits.argmax(-1).cpu()``, ``.detach().cpu()``) of what you keep; clear
+lists that hooks fill; evaluate under ``torch.no_grad()``.  A smaller batch or
+a larger card only delays the OOM; ``empty_cache()`` cannot free live tensors.
+"""
+
+from __future__ import annotations
+
+from ...analysis.context import Context
+from ..base import Cause, Finding, Fix, NotAFix, confidence
+from ._common import b, oom_refs
+
+
+class KeptAcrossSteps:
+    code = "LEAK003"
+    cause = Cause.LEAK
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        r = ctx.retention
+        if r is None:
+            return []
+        top = r.sites[0]
+        share = r.kept_bytes / r.live_bytes if r.live_bytes else 0.0
+        signals = [(f"{top.kept} live blocks of {b(top.block_bytes)} from {top.label} were allocated before the last "
+                    f"optimizer step; one step allocates {top.per_step} there", 0.6)]
+        if share >= 0.1:
+            signals.append((f"memory kept from earlier steps is {100 * share:.0f}% of the live memory at the OOM", 0.15))
+        if top.kept >= 3 * max(1, top.per_step):
+            signals.append((f"{top.kept // max(1, top.per_step)} steps' worth of that site is still alive", 0.1))
+        numbers = [("kept from earlier steps", f"{b(r.kept_bytes)} in {r.kept_blocks} blocks "
+                                               f"({100 * share:.0f}% of {b(r.live_bytes)} live)"),
+                   ("largest kept site", f"{top.kept} × {b(top.block_bytes)} at {top.label}"),
+                   ("one step allocates there", str(top.per_step)),
+                   ("optimizer-step boundaries in the trace", str(r.boundaries))]
+        return [Finding(
+            self.code, self.cause, "Tensors from every earlier step are still alive at the OOM",
+            confidence(signals), evidence=oom_refs(ctx),
+            fixes=(Fix("code", "keep host copies", "loss.item() / logits.argmax(-1).cpu() / .detach().cpu()",
+                       f"{top.label} keeps {b(top.block_bytes)} on the GPU every step"),
+                   Fix("code", "torch.no_grad()", "wrap evaluation, metric and hook code",
+                       "tensors created there hold no graph")),
+            not_fixes=(NotAFix("a smaller batch / a larger GPU / expandable_segments", "the OOM only moves later"),
+                       NotAFix("torch.cuda.empty_cache()", "the kept blocks are live tensors")),
+            signals=tuple(signals), numbers=tuple(numbers),
+            detail=(f"At the OOM, {b(r.kept_bytes)} of live memory was allocated by forward passes before the last "
+                    f"optimizer step, {top.kept} blocks of {b(top.block_bytes)} of it at {top.label}, where one step "
+                    f"allocates {top.per_step}. A step frees its activations before the next optimizer step; these "
+                    "survive every step, so allocated memory rises step after step until the limit."))]
