@@ -125,6 +125,9 @@ def main() -> int:
     p.add_argument("--image_size", type=int, default=256)
     p.add_argument("--image_sizes", default=None,
                    help="multi-resolution training: comma-separated sizes, one drawn per step")
+    p.add_argument("--keep_hidden", default="none", choices=["none", "gpu", "cpu"],
+                   help="text models: a forward hook on the middle transformer layer keeps its output every step "
+                        "(gpu: as it is, the leak; cpu: .detach().cpu())")
     p.add_argument("--keep_features", default="none", choices=["none", "gpu", "cpu"],
                    help="a forward hook keeps the decoder's last feature map for a sample grid: "
                         "gpu (as it is) or cpu (.detach().cpu())")
@@ -190,6 +193,17 @@ def main() -> int:
         def hook(mod, inp, out):
             kept.append(out if args.keep_features == "gpu" else out.detach().cpu())
         model.up[-1][-1].register_forward_hook(hook)
+    if args.keep_hidden != "none":
+        # the probing / feature-extraction pattern: a hook on a middle layer stores its hidden states
+        layers = next(m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) >= 4)
+        mid = layers[len(layers) // 2]
+
+        def keep_hidden(mod, inp, out):
+            h = out[0] if isinstance(out, tuple) else out
+            kept.append(h if args.keep_hidden == "gpu" else h.detach().cpu())
+        mid.register_forward_hook(keep_hidden)
+        print(f"keeping the output of layer {len(layers) // 2} ({type(mid).__name__}) every step "
+              f"({args.keep_hidden})", flush=True)
 
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     t0 = time.time()

@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -746,4 +746,89 @@ def seventh_set() -> list[Scenario]:
                           Run("python", "hf_trainer.py", ev + ["--preprocess_logits_argmax"], gpu_gib=12,
                               host_gib=8, capture=False, timeout=300))],
         priority=72))
+    return s
+
+
+def eighth_set() -> list[Scenario]:
+    """The eighth set (2026-12-04, third session): made to measure LEAK003 (a snapshot's live blocks kept from
+    earlier steps) on arrival, with a spike and a capacity run it must not fire on — a forward hook keeping a
+    middle layer's hidden states of GPT-2-medium on a 12 GiB card, every step's logits kept on an 8 GiB card,
+    T5-base with one long source on the same 8 GiB card, Phi-3-mini in bf16 with AdamW on a 24 GiB card;
+    defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- leak, 12 GiB 3060, GPT-2-medium hidden hook
+    h = ["--model", "gpt2-medium", "--batch_size", "4", "--seq_len", "1024", "--steps", "400",
+         "--emulate_card", "rtx3060-12g"]
+    s.append(Scenario(
+        "leak_gpt2_medium_hidden_hook_3060_12g",
+        "Plain PyTorch loop (bf16 autocast, AdamW) training a GPT-2-medium-shaped model (355M, fp32 weights) at "
+        "4 x 1024 tokens on a 12 GB RTX 3060; a forward hook on the middle transformer block appends its output "
+        "hidden states, on the GPU, to a list every step (the probing / feature-extraction pattern), so each step "
+        "leaves 4 x 1024 x 1024 activations behind. The same loop keeping .detach().cpu() copies completes.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "allocated memory rises by one hidden-state tensor per step until the limit; keeping host copies "
+                "completes the same 400 steps under the same cap"},
+        Run("python", "heldout_loop.py", h + ["--keep_hidden", "gpu"], gpu_gib=11.8, host_gib=8, timeout=300,
+            max_entries=10000),
+        counterfactuals=[("the hook keeps .detach().cpu() (same cap)",
+                          Run("python", "heldout_loop.py", h + ["--keep_hidden", "cpu"], gpu_gib=11.8, host_gib=12,
+                              capture=False, timeout=300))],
+        priority=80))
+
+    # ---------------------------------------------------------------- leak, 8 GiB 3070, GPT-2-medium epoch logits
+    e = ["--model", "gpt2-medium", "--batch_size", "2", "--seq_len", "512", "--num_samples", "480",
+         "--emulate_card", "rtx3070"]
+    s.append(Scenario(
+        "leak_gpt2_medium_epoch_logits_3070_8g",
+        "epoch_metrics_loop.py on a GPT-2-medium shape (fp32 weights, bf16 autocast, AdamW) at 2 x 512 tokens on an "
+        "8 GB RTX 3070, keeping every step's outputs.logits on the GPU for the epoch's token accuracy. The same "
+        "loop keeping logits.argmax(-1).cpu() completes the epoch.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "each step keeps its 2 x 512 x 50257 logits until the limit; keeping the argmax on the host "
+                "completes the epoch under the same cap"},
+        Run("python", "epoch_metrics_loop.py", e + ["--keep", "gpu"], gpu_gib=8, host_gib=6, timeout=240,
+            max_entries=10000),
+        counterfactuals=[("keep logits.argmax(-1).cpu() (same cap)",
+                          Run("python", "epoch_metrics_loop.py", e + ["--keep", "argmax_cpu"], gpu_gib=8,
+                              host_gib=6, capture=False, timeout=240))],
+        priority=81))
+
+    # ---------------------------------------------------------------- activation_spike, 8 GiB 3070, T5-base
+    t5 = ["--model", "t5-base", "--batch_size", "4", "--min_source_len", "64", "--max_source_len", "256",
+          "--min_target_len", "32", "--max_target_len", "96", "--long_source_step", "6", "--long_source_len",
+          "2048", "--max_steps", "12", "--emulate_card", "rtx3070"]
+    s.append(Scenario(
+        "activation_spike_t5_base_long_source_3070_8g",
+        "Plain PyTorch seq2seq fine-tune of a T5-base-shaped model (223M) on an 8 GB RTX 3070 with dynamic "
+        "padding: ordinary batches are 4 sources of 64-256 tokens; at step 6 one 2048-token source (no "
+        "truncation) pads the batch and the encoder's attention scores for 4 x 12 heads x 2048^2, kept for "
+        "backward in every layer, no longer fit. The same run truncating sources to 256 tokens completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states fit and five steps ran; the one 4 x 2048 batch's activations do not; truncation to "
+                "256 tokens completes the same run"},
+        Run("python", "seq2seq.py", t5, gpu_gib=8, host_gib=6, timeout=240, max_entries=10000),
+        counterfactuals=[("sources truncated to 256 tokens (same cap)",
+                          Run("python", "seq2seq.py", t5 + ["--max_source_length", "256"], gpu_gib=8, host_gib=6,
+                              capture=False, timeout=240))],
+        priority=82))
+
+    # ---------------------------------------------------------------- capacity, 24 GiB 4090, Phi-3-mini bf16 AdamW
+    c = ["--model", "phi3-mini", "--model_dtype", "bfloat16", "--init_device", "cuda", "--steps", "5",
+         "--emulate_card", "rtx4090"]
+    s.append(Scenario(
+        "capacity_phi3_mini_bf16_adamw_4090_24g",
+        "Plain PyTorch loop fully fine-tuning a Phi-3-mini-shaped model (3.8B) built in bf16 on a 24 GB RTX 4090 "
+        "with torch.optim.AdamW at 2 x 256 tokens: bf16 weights and gradients (2 x 7.1 GiB) fit, the two AdamW "
+        "moments (another 14.2 GiB) created at the first optimizer step cannot. The same run at 1 x 32 tokens "
+        "fails too.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "3.8B parameters x 8 bytes (bf16 weights, gradients and two moments) = 28 GiB > 23.15 GiB allowed, "
+                "whatever the batch: 1 x 32 tokens fails too"},
+        Run("python", "heldout_loop.py", c + ["--batch_size", "2", "--seq_len", "256"], gpu_gib=24, host_gib=8,
+            timeout=300, max_entries=8000),
+        counterfactuals=[("1 x 32 tokens (same cap): oom too",
+                          Run("python", "heldout_loop.py", c + ["--batch_size", "1", "--seq_len", "32"],
+                              gpu_gib=24, host_gib=8, capture=False, timeout=300))],
+        priority=83))
     return s
