@@ -752,20 +752,22 @@ def seventh_set() -> list[Scenario]:
 def eighth_set() -> list[Scenario]:
     """The eighth set (2026-12-04, third session): made to measure LEAK003 (a snapshot's live blocks kept from
     earlier steps) on arrival, with a spike and a capacity run it must not fire on — a forward hook keeping a
-    middle layer's hidden states of GPT-2-medium on a 12 GiB card, every step's logits kept on an 8 GiB card,
+    middle layer's hidden states of GPT-2 on a 12 GiB card, every step's logits kept on an 8 GiB card,
     T5-base with one long source on the same 8 GiB card, Phi-3-mini in bf16 with AdamW on a 24 GiB card;
-    defined before it ran and scored as it came."""
+    defined before it ran and scored as it came.  A first call (115 s) ran both leaks on GPT-2-medium: neither
+    fitted one step under its cap (the counterfactuals ran out of memory too), so their labels were unproven;
+    they were discarded and made again on GPT-2-small."""
     s: list[Scenario] = []
 
-    # ---------------------------------------------------------------- leak, 12 GiB 3060, GPT-2-medium hidden hook
-    h = ["--model", "gpt2-medium", "--batch_size", "4", "--seq_len", "1024", "--steps", "400",
+    # ---------------------------------------------------------------- leak, 12 GiB 3060, GPT-2 hidden hook
+    h = ["--model", "gpt2", "--batch_size", "6", "--seq_len", "1024", "--steps", "400",
          "--emulate_card", "rtx3060-12g"]
     s.append(Scenario(
-        "leak_gpt2_medium_hidden_hook_3060_12g",
-        "Plain PyTorch loop (bf16 autocast, AdamW) training a GPT-2-medium-shaped model (355M, fp32 weights) at "
-        "4 x 1024 tokens on a 12 GB RTX 3060; a forward hook on the middle transformer block appends its output "
+        "leak_gpt2_hidden_hook_3060_12g",
+        "Plain PyTorch loop (bf16 autocast, AdamW) training a GPT-2-shaped model (124M, fp32 weights) at "
+        "6 x 1024 tokens on a 12 GB RTX 3060; a forward hook on the middle transformer block appends its output "
         "hidden states, on the GPU, to a list every step (the probing / feature-extraction pattern), so each step "
-        "leaves 4 x 1024 x 1024 activations behind. The same loop keeping .detach().cpu() copies completes.",
+        "leaves 6 x 1024 x 768 activations behind. The same loop keeping .detach().cpu() copies completes.",
         {"cause": "leak", "sub_cause": None,
          "why": "allocated memory rises by one hidden-state tensor per step until the limit; keeping host copies "
                 "completes the same 400 steps under the same cap"},
@@ -776,12 +778,12 @@ def eighth_set() -> list[Scenario]:
                               capture=False, timeout=300))],
         priority=80))
 
-    # ---------------------------------------------------------------- leak, 8 GiB 3070, GPT-2-medium epoch logits
-    e = ["--model", "gpt2-medium", "--batch_size", "2", "--seq_len", "512", "--num_samples", "480",
+    # ---------------------------------------------------------------- leak, 8 GiB 3070, GPT-2 epoch logits
+    e = ["--model", "gpt2", "--batch_size", "2", "--seq_len", "512", "--num_samples", "480",
          "--emulate_card", "rtx3070"]
     s.append(Scenario(
-        "leak_gpt2_medium_epoch_logits_3070_8g",
-        "epoch_metrics_loop.py on a GPT-2-medium shape (fp32 weights, bf16 autocast, AdamW) at 2 x 512 tokens on an "
+        "leak_gpt2_epoch_logits_3070_8g",
+        "epoch_metrics_loop.py on a GPT-2 shape (124M, fp32 weights, bf16 autocast, AdamW) at 2 x 512 tokens on an "
         "8 GB RTX 3070, keeping every step's outputs.logits on the GPU for the epoch's token accuracy. The same "
         "loop keeping logits.argmax(-1).cpu() completes the epoch.",
         {"cause": "leak", "sub_cause": None,
