@@ -32,6 +32,7 @@ _STEP_PHASES = frozenset((Phase.FORWARD, Phase.LOGITS, Phase.LOSS, Phase.GENERAT
 # an optimizer's own files: torch.optim, bitsandbytes.optim, timm.optim, apex.optimizers, DeepSpeed's Adam
 _OPTIMIZER_FILES = ("/optim/", "/optimizers/", "deepspeed/ops/adam", "transformers/optimization")
 MIN_KEPT = 3                                  # blocks from one site: more than a variable holding one output
+MATERIAL_SHARE = 0.05                         # kept memory that much of the live memory: the leak holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,11 @@ class Retention:
     sites: tuple[KeptSite, ...]               # largest first
     boundaries: int                           # optimizer-step boundaries the trace shows
     live_bytes: int                           # all live memory at the OOM, for scale
+
+    @property
+    def material(self) -> bool:
+        """The kept memory is a material part of what filled the card (not a few stray tensors)."""
+        return self.kept_bytes >= MATERIAL_SHARE * self.live_bytes
 
 
 def _is_optimizer(frames: tuple) -> bool:

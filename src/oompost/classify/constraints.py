@@ -4,9 +4,10 @@ The verdict model weighs signals; these are the facts no weight may override:
 a request larger than every free byte cannot be fragmentation; a leak needs an
 input that shows memory rising, and a step series that stays flat up to the OOM
 rules it out; an allocation that concatenates outputs kept from every earlier
-batch is a leak before it is fragmentation or a step's activations; model states
-that alone exceed the limit make the run's capacity the cause (DESIGN.md's order
-puts it before the causes of a step).
+batch, or live blocks kept from every earlier step (a snapshot's LEAK003), make
+a leak that DESIGN.md's order puts before fragmentation and a step's
+activations; model states that alone exceed the limit make the run's capacity
+the cause (DESIGN.md's order puts it before the causes of a step).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ def impossible_causes(ctx: Context) -> frozenset[Cause]:
     # DESIGN.md's leak is memory rising step after step: with no input showing any rise, nothing supports it
     if not ctx.growth_shown:
         out.add(Cause.LEAK)
+    if ctx.retention is not None and ctx.retention.material:
+        # the snapshot shows tensors kept from every earlier step, a material part of the live memory (LEAK003):
+        # the leak holds, and DESIGN.md's order puts it before fragmentation and the causes of a step
+        out |= {Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE}
     if ctx.phase.phase is Phase.RETAINED:
         # the failing allocation concatenates outputs kept from every earlier batch (LEAK002): the leak holds,
         # and DESIGN.md's order puts it before fragmentation and the causes of a step

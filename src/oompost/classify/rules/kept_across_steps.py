@@ -18,6 +18,7 @@ a larger card only delays the OOM; ``empty_cache()`` cannot free live tensors.
 from __future__ import annotations
 
 from ...analysis.context import Context
+from ...analysis.retention import MATERIAL_SHARE
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b, oom_refs
 
@@ -34,10 +35,8 @@ class KeptAcrossSteps:
         share = r.kept_bytes / r.live_bytes if r.live_bytes else 0.0
         signals = [(f"{top.kept} live blocks of {b(top.block_bytes)} from {top.label} were allocated before the last "
                     f"optimizer step; one step allocates {top.per_step} there", 0.6)]
-        if share >= 0.1:
+        if share >= MATERIAL_SHARE:
             signals.append((f"memory kept from earlier steps is {100 * share:.0f}% of the live memory at the OOM", 0.15))
-        if top.kept >= 3 * max(1, top.per_step):
-            signals.append((f"{top.kept // max(1, top.per_step)} steps' worth of that site is still alive", 0.1))
         numbers = [("kept from earlier steps", f"{b(r.kept_bytes)} in {r.kept_blocks} blocks "
                                                f"({100 * share:.0f}% of {b(r.live_bytes)} live)"),
                    ("largest kept site", f"{top.kept} × {b(top.block_bytes)} at {top.label}"),
