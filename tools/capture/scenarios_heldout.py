@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -833,4 +833,86 @@ def eighth_set() -> list[Scenario]:
                           Run("python", "heldout_loop.py", c + ["--batch_size", "1", "--seq_len", "32"],
                               gpu_gib=24, host_gib=8, capture=False, timeout=300))],
         priority=83))
+    return s
+
+
+def ninth_set() -> list[Scenario]:
+    """The ninth set (2026-12-04, third session, last): defined after that session's changes (LEAK003 and its
+    order constraint, the last refit), to score them on arrival — a held-out loss that keeps its graph on a
+    Qwen2.5-0.5B shape at 16 GiB, every step's logits kept on an OPT-350M shape at 16 GiB, one 8192-token
+    document in a Qwen2.5-0.5B batch at 24 GiB, a Mistral-7B shape in bf16 whose gradients do not fit at
+    24 GiB."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- leak, 16 GiB T4, Qwen2.5-0.5B val-loss graph
+    v = ["--model", "qwen2.5-0.5b", "--batch_size", "2", "--seq_len", "512", "--val_batch_size", "1",
+         "--val_seq_len", "256", "--steps", "200", "--emulate_card", "t4"]
+    s.append(Scenario(
+        "leak_qwen2.5_0.5b_val_loss_graph_t4_16g",
+        "Plain PyTorch loop (fp16 autocast + GradScaler) training a Qwen2.5-0.5B shape at 2 x 512 tokens on a "
+        "16 GB T4; each step it also computes a held-out loss without torch.no_grad() and adds the tensor to a "
+        "running sum, so every step's evaluation graph stays alive. The same loop with no_grad() and .item() "
+        "completes 200 steps.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "every step keeps one evaluation graph until the limit; the no_grad()/.item() loop completes 200 "
+                "steps under the same cap"},
+        Run("python", "plain_loop.py", v, gpu_gib=15, host_gib=6, timeout=300, max_entries=10000),
+        counterfactuals=[("held-out loss under torch.no_grad() summed with .item() (same cap)",
+                          Run("python", "plain_loop.py", v + ["--val_loss_no_grad"], gpu_gib=15, host_gib=6,
+                              capture=False, timeout=300))],
+        priority=90))
+
+    # ---------------------------------------------------------------- leak, 16 GiB A4000, OPT-350M epoch logits
+    e = ["--model", "opt-350m", "--batch_size", "4", "--seq_len", "512", "--num_samples", "480",
+         "--emulate_card", "a4000"]
+    s.append(Scenario(
+        "leak_opt350m_epoch_logits_a4000_16g",
+        "epoch_metrics_loop.py on an OPT-350M shape (fp32 weights, bf16 autocast, AdamW) at 4 x 512 tokens on a "
+        "16 GB RTX A4000, keeping every step's outputs.logits on the GPU for the epoch's token accuracy. The same "
+        "loop keeping logits.argmax(-1).cpu() completes the epoch.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "each step keeps its 4 x 512 x 50272 logits until the limit; keeping the argmax on the host "
+                "completes the epoch under the same cap"},
+        Run("python", "epoch_metrics_loop.py", e + ["--keep", "gpu"], gpu_gib=16, host_gib=6, timeout=300,
+            max_entries=10000),
+        counterfactuals=[("keep logits.argmax(-1).cpu() (same cap)",
+                          Run("python", "epoch_metrics_loop.py", e + ["--keep", "argmax_cpu"], gpu_gib=16,
+                              host_gib=6, capture=False, timeout=300))],
+        priority=91))
+
+    # ---------------------------------------------------------------- activation_spike, 24 GiB L4, Qwen2.5-0.5B
+    q = ["--model", "qwen2.5-0.5b", "--batch_size", "4", "--seq_len", "512", "--min_seq_len", "256",
+         "--long_doc_step", "6", "--long_doc_len", "8192", "--steps", "12", "--emulate_card", "l4"]
+    s.append(Scenario(
+        "activation_spike_qwen2.5_0.5b_long_doc_l4_24g",
+        "Plain PyTorch loop (bf16 autocast, AdamW) training a Qwen2.5-0.5B shape on a 24 GB L4 with dynamic "
+        "padding: ordinary batches are 4 documents of 256-512 tokens; at step 6 one 8192-token document pads the "
+        "batch to 4 x 8192 and its logits over the 151936-token vocabulary no longer fit. The same run truncating "
+        "documents to 512 tokens completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states fit and five steps ran; the one 4 x 8192 batch's logits and activations do not; "
+                "truncation to 512 tokens completes the same run"},
+        Run("python", "heldout_loop.py", q, gpu_gib=22, host_gib=6, timeout=300, max_entries=10000),
+        counterfactuals=[("documents truncated to 512 tokens (same cap)",
+                          Run("python", "heldout_loop.py", q + ["--truncate", "512"], gpu_gib=22, host_gib=6,
+                              capture=False, timeout=300))],
+        priority=92))
+
+    # ---------------------------------------------------------------- capacity, 24 GiB 4090, Mistral-7B bf16
+    c = ["--model", "mistral-7b", "--model_dtype", "bfloat16", "--init_device", "cuda", "--steps", "3",
+         "--emulate_card", "rtx4090"]
+    s.append(Scenario(
+        "capacity_mistral7b_bf16_backward_4090_24g",
+        "Plain PyTorch loop fully fine-tuning a Mistral-7B shape (7.24B, GQA) built in bf16 on a 24 GB RTX 4090: "
+        "the bf16 weights (13.5 GiB) fit, their gradients do not — the first backward runs out of memory. The "
+        "same run at 1 x 32 tokens fails too.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "7.24B parameters x 4 bytes (bf16 weights and gradients) = 27 GiB > 23.15 GiB allowed before any "
+                "optimizer state, whatever the batch: 1 x 32 tokens fails too"},
+        Run("python", "heldout_loop.py", c + ["--batch_size", "2", "--seq_len", "256"], gpu_gib=24, host_gib=8,
+            timeout=300, max_entries=8000),
+        counterfactuals=[("1 x 32 tokens (same cap): oom too",
+                          Run("python", "heldout_loop.py", c + ["--batch_size", "1", "--seq_len", "32"],
+                              gpu_gib=24, host_gib=8, capture=False, timeout=300))],
+        priority=93))
     return s
