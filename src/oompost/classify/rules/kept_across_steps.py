@@ -32,27 +32,37 @@ class KeptAcrossSteps:
         if r is None:
             return []
         top = r.sites[0]
+        site = _short(top.label)
         share = r.kept_bytes / r.live_bytes if r.live_bytes else 0.0
-        signals = [(f"{top.kept} live blocks of {b(top.block_bytes)} from {top.label} were allocated before the last "
+        signals = [(f"{top.kept} live blocks of {b(top.block_bytes)} from {site} were allocated before the last "
                     f"optimizer step; one step allocates {top.per_step} there", 0.6)]
         if share >= MATERIAL_SHARE:
             signals.append((f"memory kept from earlier steps is {100 * share:.0f}% of the live memory at the OOM", 0.15))
         numbers = [("kept from earlier steps", f"{b(r.kept_bytes)} in {r.kept_blocks} blocks "
                                                f"({100 * share:.0f}% of {b(r.live_bytes)} live)"),
-                   ("largest kept site", f"{top.kept} × {b(top.block_bytes)} at {top.label}"),
+                   ("largest kept site", f"{top.kept} × {b(top.block_bytes)} at {site}"),
                    ("one step allocates there", str(top.per_step)),
                    ("optimizer-step boundaries in the trace", str(r.boundaries))]
         return [Finding(
             self.code, self.cause, "Tensors from every earlier step are still alive at the OOM",
             confidence(signals), evidence=oom_refs(ctx),
             fixes=(Fix("code", "keep host copies", "loss.item() / logits.argmax(-1).cpu() / .detach().cpu()",
-                       f"{top.label} keeps {b(top.block_bytes)} on the GPU every step"),
+                       f"{site} keeps {b(top.block_bytes)} on the GPU every step"),
                    Fix("code", "torch.no_grad()", "wrap evaluation, metric and hook code",
                        "tensors created there hold no graph")),
             not_fixes=(NotAFix("a smaller batch / a larger GPU / expandable_segments", "the OOM only moves later"),
                        NotAFix("torch.cuda.empty_cache()", "the kept blocks are live tensors")),
             signals=tuple(signals), numbers=tuple(numbers),
             detail=(f"At the OOM, {b(r.kept_bytes)} of live memory was allocated by forward passes before the last "
-                    f"optimizer step, {top.kept} blocks of {b(top.block_bytes)} of it at {top.label}, where one step "
+                    f"optimizer step, {top.kept} blocks of {b(top.block_bytes)} of it at {site}, where one step "
                     f"allocates {top.per_step}. A step frees its activations before the next optimizer step; these "
                     "survive every step, so allocated memory rises step after step until the limit."))]
+
+
+def _short(label: str) -> str:
+    """A site as a reader names it: the path from the installed package on (``transformers/models/…``)."""
+    for marker in ("site-packages/", "dist-packages/"):
+        i = label.rfind(marker)
+        if i >= 0:
+            return label[i + len(marker):]
+    return label
