@@ -47,3 +47,4 @@ def test_no_finding_without_an_oom_or_in_another_phase():
     bare = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total "
             "capacity; 77.13 GiB already allocated; 307.31 MiB free; 78.21 GiB reserved in total by PyTorch)\n")
     assert RetainedOutputs().evaluate(build_context(parse_text(bare))) == []
+

@@ -126,6 +126,9 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     (Phase.BACKWARD, None, None, r"\.backward\(|backward\(loss|accelerator\.backward|manual_backward",
      "backward call"),
     (Phase.OPTIMIZER_STEP, None, None, r"optim\w*\.step\(|scaler\.step\(", "optimizer.step() call"),
+    # the Adam/AdamW update itself, as torch.optim and DeepSpeed's Adam quote it (`exp_avg_sq.sqrt()`,
+    # `exp_avg.mul_(beta1)`, `bias_correction2`): the first step creates the two moments
+    (Phase.OPTIMIZER_STEP, None, None, r"\bexp_avg(?:_sq)?\b|\bbias_correction[12]", "Adam's update (its moments)"),
     (Phase.MODEL_TO_DEVICE, None, None, r"\.to\((?:self\.)?(?:device|'cuda|\"cuda|torch\.device|.*cuda)|\.cuda\(\)",
      "moving to the GPU"),
     (Phase.MODEL_INIT, None, None, r"from_pretrained\(|load_model|build_model|create_model|get_model|"
