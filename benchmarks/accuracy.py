@@ -293,10 +293,46 @@ def main(argv: list[str] | None = None) -> int:
             print(miss[["case", "label", "oompost", "confidence", "keyword", "error"]].to_string(index=False))
         if name.startswith(HELDOUT_PREFIX) and not df.empty:
             print(df[["case", "label", "oompost", "confidence", "keyword"]].to_string(index=False), flush=True)
+    test = frames.get("corpus test (held out)")
+    if test is not None and not test.empty and BLIND.exists():
+        text = blind_section(test)
+        out.append(text)
+        print(text, flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")
     if a.write_doc:
         _write_doc(out, summary, frames)
     return 0
+
+
+BLIND = ROOT / "tests" / "corpus" / "blind_reading_test.json"
+
+
+def blind_section(test: pd.DataFrame) -> str:
+    """How far the text goes: a careful reader who saw only each test case's files (no thread, no label, no
+    oompost) against the thread's label, beside oompost on the same cases, split by whether the reader found
+    the text decisive."""
+    reading = json.loads(BLIND.read_text(encoding="utf-8"))["cases"]
+    df = test[test["case"].isin(reading)].copy()
+    df["reader"] = df["case"].map(lambda c: reading[c]["label"])
+    df["decidable"] = df["case"].map(lambda c: bool(reading[c]["decidable"]))
+    df["reader_conf"] = df["case"].map(lambda c: float(reading[c]["confidence"]))
+    rows = ["## How far the text goes: a blind reader of the corpus test fold", "",
+            "Every test case was read by a careful reader (a helper agent) who saw only the case's files under an "
+            "anonymous id — no thread, URL, repository, label, reasoning or oompost output — and DESIGN.md's "
+            "cause table, and who said whether the text alone settles the cause "
+            "(`tests/corpus/blind_reading_test.json`).  The labels come from the threads, which often say what "
+            "the pasted text does not (the fix that worked, a maintainer's reading), so the reader's score "
+            "estimates what reading the artifacts alone can reach on this fold (one careful reading, not a bound: "
+            "another reader may do somewhat better).  Never used to tune.",
+            "", "| cases | n | blind reader | oompost | keyword rule |", "|---|---|---|---|---|"]
+    for name, sub in (("all", df), ("the text settles it (reader)", df[df["decidable"]]),
+                      ("the reader had to guess", df[~df["decidable"]])):
+        if len(sub):
+            rows.append(f"| {name} | {len(sub)} | {(sub['reader'] == sub['label']).mean():.3f} | "
+                        f"{(sub['oompost'] == sub['label']).mean():.3f} | {(sub['keyword'] == sub['label']).mean():.3f} |")
+    rows += ["", f"The reader's mean stated confidence is {df['reader_conf'].mean():.2f}; oompost agrees with the "
+                 f"reader on {(df['oompost'] == df['reader']).mean():.3f} of the cases.", ""]
+    return "\n".join(rows)
 
 
 def _write_doc(sections: list[str], summary: dict, frames: dict) -> None:

@@ -65,3 +65,15 @@ def test_accuracy_is_held_on_other_peoples_crashes():
         acc = metrics(df)["accuracy"]
         assert acc >= floor[name] - 0.02, (name, acc, floor[name])
         assert df["error"].isna().all(), df[df["error"].notna()][["case", "error"]]
+
+
+def test_the_blind_reading_covers_the_test_fold_with_valid_labels():
+    # benchmarks/accuracy.py's "how far the text goes" section reads it: every test case, one known cause each,
+    # a probability, and no case of the dev fold (the reading is a measurement of the held-out fold only)
+    data = json.loads((Path(__file__).parent / "corpus" / "blind_reading_test.json").read_text(encoding="utf-8"))
+    cases = data["cases"]
+    test = {c.name for c in load_cases("test")}
+    assert set(cases) == test
+    for name, r in cases.items():
+        assert r["label"] in CAUSES, (name, r["label"])
+        assert 0.0 <= r["confidence"] <= 1.0 and isinstance(r["decidable"], bool) and r["why"]
