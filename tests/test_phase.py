@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from oompost.analysis.context import build_context
 from oompost.analysis.phase import Phase, classify_frames
 from oompost.model import Frame
@@ -23,3 +25,39 @@ def test_adams_update_line_is_the_optimizer_step():
     # an attention layer that merely names an average is not Adam
     avg = Frame("model.py", 10, "forward", "exp_avgpool = self.pool(x)")
     assert classify_frames((avg,), innermost_first=True).phase is not Phase.OPTIMIZER_STEP
+
+
+@pytest.mark.parametrize("case, phase", [
+    # https://github.com/facebookresearch/fairseq/issues/1936: "denom = exp_avg_sq.sqrt().add_(group['eps'])" above
+    # the message, nothing else
+    ("facebookresearch__fairseq__1936", Phase.OPTIMIZER_STEP),
+    # https://github.com/hiyouga/LlamaFactory/issues/1221: the same Adam line in backticks
+    ("hiyouga__LlamaFactory__1221", Phase.OPTIMIZER_STEP),
+    # https://github.com/Gaoyiminggithub/Graphonomy/issues/34: "new_node1 = torch.matmul(...)" above the message
+    ("Gaoyiminggithub__Graphonomy__34", Phase.FORWARD),
+])
+def test_the_source_line_kept_above_a_message_gives_the_phase(case, phase):
+    ev = parse_paths([str(CORPUS / case / "log.txt")])
+    (oom,) = ev.ooms
+    assert oom.stack.statement_only and len(oom.stack.frames) == 1
+    assert build_context(ev).phase.phase is phase
+
+
+def test_a_traceback_pasted_apart_beats_the_line_above_the_message():
+    # https://github.com/lqtrung1998/mwp_ReFT/issues/12: the line above the message is the tail of a wrapped
+    # statement; the traceback above it names DeepSpeed's ZeRO step, and that is what gives the phase
+    ev = parse_paths([str(CORPUS / "lqtrung1998__mwp_ReFT__12" / "log.txt")])
+    ctx = build_context(ev)
+    assert ctx.phase.phase is not Phase.UNKNOWN
+    assert any("pasted apart" in n for n in ctx.notes)
+
+
+@pytest.mark.parametrize("line", ["Epoch 3: loss=2.1", "INFO: step 5 done", "[rank0]: 12 steps", "",
+                                  "loss: 3.2, lr: 1e-4", 'File "x.py", line 3, in f'])
+def test_log_lines_above_a_message_are_not_statements(line):
+    from oompost.parsers.torch_oom import statement_before
+    from oompost.sources import LogLine
+
+    ln = LogLine(2, "RuntimeError: CUDA out of memory.", "RuntimeError: CUDA out of memory.",
+                 prev_raw=line.encode())
+    assert not statement_before(ln).frames

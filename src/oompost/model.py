@@ -36,6 +36,10 @@ class SourceRef:
         return {"source": self.source, "line": self.line, "text": self.text}
 
 
+# the name of a frame whose header ("File ..., line N, in f") the input lost: only its source line is known
+LOST_FRAME = "(frame header not in the input)"
+
+
 @dataclass(frozen=True, slots=True)
 class Frame:
     """One stack frame, from a Python traceback or a snapshot (innermost first
@@ -52,6 +56,11 @@ class Stack:
     """Frames ordered outermost first (as a Python traceback prints them)."""
 
     frames: tuple[Frame, ...] = ()
+
+    @property
+    def statement_only(self) -> bool:
+        """Only the failing source line is known (an excerpt kept it above the message, no frame header)."""
+        return bool(self.frames) and all(f.name == LOST_FRAME and f.line <= 0 for f in self.frames)
 
     def innermost(self, n: int = 1) -> tuple[Frame, ...]:
         return self.frames[-n:]

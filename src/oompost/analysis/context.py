@@ -226,9 +226,10 @@ def build_context(ev: Evidence) -> Context:
         notes.append("the OOM numbers come from the snapshot's allocator trace (no OOM message in the logs)")
     limit, limit_source = _limit(oom, snap, metrics, ev)
     frames = oom.stack.frames if oom is not None else ()
-    if oom is not None and not frames:
-        frames = _stack_near(ev, oom)
-        if frames:
+    if oom is not None and (not frames or oom.stack.statement_only):
+        near = _stack_near(ev, oom)
+        if near:
+            frames = near
             notes.append("the OOM message and its traceback were pasted apart; the nearest traceback gives the phase")
     if frames:
         phase = classify_frames(frames, innermost_first=False)

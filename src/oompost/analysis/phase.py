@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from ..model import Frame
+from ..model import LOST_FRAME, Frame
 
 
 class Phase(str, Enum):
@@ -189,7 +189,7 @@ def classify_frames(frames: tuple[Frame, ...], innermost_first: bool) -> PhaseMa
     ordered = frames if innermost_first else tuple(reversed(frames))
     weak: PhaseMatch | None = None
     for fr in ordered:
-        if fr.line <= 0 or any(s in fr.name for s in _IGNORE_NAMES):
+        if (fr.line <= 0 and fr.name != LOST_FRAME) or any(s in fr.name for s in _IGNORE_NAMES):
             continue
         m = _match(fr)
         internal = _is_torch_internal(fr)

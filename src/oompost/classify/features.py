@@ -177,6 +177,7 @@ def missing_evidence(ctx: "Context", cause: Cause | None = None) -> list[str]:
     shown_by_snapshot = ctx.retention is not None and ctx.retention.material      # LEAK003 read the growth
     if not ctx.steps and ctx.oom is not None and not ctx.is_serving and memory_cause and not shown_by_snapshot:
         out.append("per-step memory lines (torch.cuda.memory_allocated() each step), to tell a leak from a spike")
-    if ctx.oom is not None and not ctx.oom.stack.frames and ctx.phase.phase is Phase.UNKNOWN:
+    if ctx.oom is not None and (not ctx.oom.stack.frames or ctx.oom.stack.statement_only) \
+            and ctx.phase.phase is Phase.UNKNOWN:
         out.append("the full traceback of the first failing rank (the frames say which phase failed)")
     return out

@@ -168,9 +168,8 @@ class ParserFactory(Protocol):
 
 # ------------------------------------------------------------ tracebacks
 
-from ..model import Frame, Stack  # noqa: E402  (kept next to its only user)
+from ..model import LOST_FRAME, Frame, Stack  # noqa: E402,F401  (kept next to its only user; LOST_FRAME re-exported)
 
-LOST_FRAME = "(frame header not in the input)"
 _TB_START = "Traceback (most recent call last)"      # rich prints it without the colon, in a box
 # A frame as CPython prints it, as IPython prints it ("File /x.py:12, in f(a, b)"), and as rich
 # prints it ("/x.py:12 in f", after the box is removed by sources.forum_clean).

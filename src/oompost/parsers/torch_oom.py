@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import re
 
-from ..model import OomEvent, OomKind, Stack
+from ..model import LOST_FRAME, Frame, OomEvent, OomKind, Stack
 from ..sources import LogLine
 from ..units import parse_size_or_none
-from .base import EvidenceBuilder, TracebackTracker, line_rank, literal_trigger, ref
+from .base import EvidenceBuilder, TracebackTracker, line_rank, literal_trigger, match_frame, ref
 
 _SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
 
@@ -199,6 +199,8 @@ class TorchOomParser:
         m_exc = EXC_PREFIX.match(text)
         exc = m_exc.group("exc") if m_exc else ""
         stack = self._stack(rank)
+        if not stack.frames:
+            stack = statement_before(ln)
         if MPS.search(text):
             m = MPS_FIGURES.search(text)
             if m is None:
@@ -334,6 +336,21 @@ class TorchOomParser:
 
     def _stack(self, rank: int | None) -> Stack:
         return self.tb.stack_for(rank)
+
+
+# A Python statement as a traceback quotes it: an assignment, a call, a return/raise ("denom =
+# exp_avg_sq.sqrt().add_(group['eps'])", "return F.linear(x, w)"), not a log line ("INFO: ...", "Epoch 3: ...")
+_STATEMENT = re.compile(r"^(?:return |raise |yield )?[A-Za-z_][\w.]*(?:\[[^\]]*\])*"
+                        r"(?:\s*,\s*[A-Za-z_][\w.]*)*\s*(?:[-+*/@]?=(?!=)\s*\S|\()")
+
+
+def statement_before(ln: LogLine) -> Stack:
+    """The failing statement of an excerpt that kept only the traceback's last source line above the message
+    (the frame's header lost): one frame with that code, else no frames."""
+    prev = ln.prev.strip().strip("`").strip()
+    if not prev or len(prev) > 300 or match_frame(prev) is not None or not _STATEMENT.match(prev):
+        return Stack()
+    return Stack((Frame("", 0, LOST_FRAME, prev[:200]),))
 
 
 def _figure_count(e: OomEvent) -> int:

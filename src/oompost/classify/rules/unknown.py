@@ -34,7 +34,7 @@ class Unknown:
                 reasons.append("a ROCm (HIP) OOM: allocator details differ from CUDA's")
             if o.truncated:
                 reasons.append("the OOM message is truncated, so its numbers are missing")
-            if not frames and not o.truncated:
+            if (not frames or o.stack.statement_only) and not o.truncated:
                 reasons.append("the OOM message comes without its traceback, so where the failing allocation "
                                "sits (model states, activations, a buffer) is unknown")
             if o.kind.value == "other":
