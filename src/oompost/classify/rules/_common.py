@@ -1,12 +1,18 @@
-"""Small helpers shared by the rules (formatting and evidence picking only)."""
+"""Small helpers shared by the rules (formatting, evidence picking, and the advice every leak rule gives)."""
 
 from __future__ import annotations
 
 from ...analysis.context import Context
 from ...model import SourceRef
 from ...units import fmt_bytes
+from ..base import Fix, NotAFix
 
 HOLD = 0.5          # a finding "holds" (can be the primary cause) at this confidence
+
+# what a leak rule always says, whichever evidence found the kept tensors
+NO_GRAD_FIX = Fix("code", "torch.no_grad()", "wrap evaluation, metric and hook code", "tensors created there hold no graph")
+LEAK_NOT_FIXES = (NotAFix("torch.cuda.empty_cache()", "the kept tensors are live"),
+                  NotAFix("a smaller batch / a larger GPU / expandable_segments", "the OOM only moves later"))
 
 
 def b(n: int | float | None) -> str:

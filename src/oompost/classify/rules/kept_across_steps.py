@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from ...analysis.context import Context
 from ...analysis.retention import MATERIAL_SHARE
-from ..base import Cause, Finding, Fix, NotAFix, confidence
-from ._common import b, oom_refs
+from ..base import Cause, Finding, Fix, confidence
+from ._common import LEAK_NOT_FIXES, NO_GRAD_FIX, b, oom_refs
 
 
 class KeptAcrossSteps:
@@ -48,10 +48,8 @@ class KeptAcrossSteps:
             confidence(signals), evidence=oom_refs(ctx),
             fixes=(Fix("code", "keep host copies", "loss.item() / logits.argmax(-1).cpu() / .detach().cpu()",
                        f"{site} keeps {b(top.block_bytes)} on the GPU every step"),
-                   Fix("code", "torch.no_grad()", "wrap evaluation, metric and hook code",
-                       "tensors created there hold no graph")),
-            not_fixes=(NotAFix("a smaller batch / a larger GPU / expandable_segments", "the OOM only moves later"),
-                       NotAFix("torch.cuda.empty_cache()", "the kept blocks are live tensors")),
+                   NO_GRAD_FIX),
+            not_fixes=LEAK_NOT_FIXES,
             signals=tuple(signals), numbers=tuple(numbers),
             detail=(f"At the OOM, {b(r.kept_bytes)} of live memory was allocated by forward passes before the last "
                     f"optimizer step, {top.kept} blocks of {b(top.block_bytes)} of it at {site}, where one step "

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from ...analysis.context import Context
 from ...analysis.steps import leak_trend, noun
-from ..base import Cause, Finding, Fix, NotAFix, confidence
-from ._common import b, limit_label, oom_refs
+from ..base import Cause, Finding, Fix, confidence
+from ._common import LEAK_NOT_FIXES, NO_GRAD_FIX, b, limit_label, oom_refs
 
 
 class Leak:
@@ -66,10 +66,8 @@ class Leak:
                        "a kept GPU tensor (or one that holds the graph) survives every step"),
                    Fix("code", "metrics on the host", "append logits.argmax(-1).cpu() or running sums",
                        f"each step keeps ~{b(trend.per_step_bytes)} alive" + (f" ({where[0]})" if where else "")),
-                   Fix("code", "torch.no_grad()", "wrap evaluation and metric code",
-                       "tensors created there hold no graph")),
-            not_fixes=(NotAFix("torch.cuda.empty_cache()", "the memory belongs to live tensors"),
-                       NotAFix("a smaller batch / a larger GPU / expandable_segments", "the OOM only moves later")),
+                   NO_GRAD_FIX),
+            not_fixes=LEAK_NOT_FIXES,
             signals=tuple(signals), numbers=tuple(numbers),
             detail=(f"Allocated memory measured at the same point of every step grew by {b(trend.per_step_bytes)} "
                     f"per step from step {trend.first_step} ({b(trend.start_bytes)}) to step {trend.last_step} "
