@@ -14,6 +14,12 @@ allocated memory step after step, seen from its end.
 Only forward-side allocations count (forward, logits, loss, generation,
 outputs concatenated for metrics): parameters, gradients, optimizer state and
 anything without a Python stack persist across steps by design.
+
+An evaluation loop has no optimizer step to date blocks by, but what it keeps
+is allocated where it keeps it: the buffer into which every batch's outputs
+are concatenated (the HF Trainer's ``nested_concat`` /
+``torch_pad_and_concatenate``, ``torch.cat(all_logits)``) is live at the OOM,
+whichever allocation failed.  That buffer only grows, batch after batch.
 """
 
 from __future__ import annotations
@@ -44,18 +50,28 @@ class KeptSite:
 
 
 @dataclass(frozen=True, slots=True)
+class Concatenated:
+    label: str                                # the frame that concatenates per-batch outputs (stack_label)
+    bytes: int                                # live bytes it holds at the OOM
+    blocks: int
+
+
+@dataclass(frozen=True, slots=True)
 class Retention:
-    """Live memory at the OOM that earlier steps' forwards allocated and nothing freed."""
-    kept_bytes: int
+    """Live memory at the OOM kept from earlier steps or batches: blocks a forward allocated before the last
+    optimizer step (``sites``), and the buffer per-batch outputs are concatenated into (``concatenated``)."""
+    kept_bytes: int                           # of the sites
     kept_blocks: int
-    sites: tuple[KeptSite, ...]               # largest first
+    sites: tuple[KeptSite, ...]               # largest first; () when only a concatenation buffer was found
     boundaries: int                           # optimizer-step boundaries the trace shows
     live_bytes: int                           # all live memory at the OOM, for scale
+    concatenated: Concatenated | None = None
 
     @property
     def material(self) -> bool:
         """The kept memory is a material part of what filled the card (not a few stray tensors)."""
-        return self.kept_bytes >= MATERIAL_SHARE * self.live_bytes
+        cat = self.concatenated.bytes if self.concatenated else 0
+        return self.kept_bytes + cat >= MATERIAL_SHARE * self.live_bytes
 
 
 def _is_optimizer(frames: tuple) -> bool:
@@ -63,25 +79,60 @@ def _is_optimizer(frames: tuple) -> bool:
 
 
 def retention(snap: Snapshot) -> Retention | None:
-    """The memory kept across steps at the OOM, or None when the trace shows no step boundary or nothing kept
-    beyond one step's worth."""
+    """The memory kept across steps or batches at the OOM, or None when nothing beyond one step's worth is kept
+    (and no concatenation buffer holds a material share of live memory)."""
     dev = oom_device(snap)
+    blocks = [blk for seg in segments_at(snap, dev, "oom") for blk in seg.blocks if blk.state == "active_allocated"]
+    live = sum(blk.size for blk in blocks)
+    phase_of: dict[tuple, Phase] = {}
+
+    def phase(frames: tuple) -> Phase:
+        ph = phase_of.get(frames)
+        if ph is None:
+            ph = phase_of[frames] = classify_frames(frames, innermost_first=True).phase
+        return ph
+
+    cat = _concatenated(blocks, phase, live)
+    sites, bounds = _kept_sites(snap, dev, blocks, phase)
+    if not sites and cat is None:
+        return None
+    return Retention(sum(s.kept * s.block_bytes for s in sites), sum(s.kept for s in sites), sites, bounds, live, cat)
+
+
+def _concatenated(blocks: list, phase, live: int) -> Concatenated | None:  # type: ignore[no-untyped-def]
+    """The live buffer(s) built where per-batch outputs are concatenated, when they are a material share."""
+    by: collections.Counter = collections.Counter()
+    n: collections.Counter = collections.Counter()
+    for blk in blocks:
+        if blk.frames and phase(blk.frames) is Phase.RETAINED:
+            lab = stack_label(blk.frames)
+            by[lab] += blk.size
+            n[lab] += 1
+    if not by:
+        return None
+    lab, size = max(by.items(), key=lambda kv: (kv[1], kv[0]))
+    return Concatenated(lab, size, n[lab]) if size >= MATERIAL_SHARE * live else None
+
+
+def _kept_sites(snap: Snapshot, dev: int, blocks: list, phase) -> tuple[tuple[KeptSite, ...], int]:  # type: ignore[no-untyped-def]
+    """Sites holding more live blocks from before the last optimizer step than a step allocates there, and
+    how many optimizer-step boundaries the trace shows (no boundary: nothing can be dated)."""
     trace = device_trace(snap, dev)
     if not len(trace) or "alloc" not in trace.actions:
-        return None
+        return (), 0
     end = oom_index(trace)
     end = len(trace) if end is None else end
     action = np.asarray(trace.action[:end])
     stack = np.asarray(trace.stack[:end])
     allocs = np.nonzero(action == trace.actions.index("alloc"))[0]
     if not len(allocs):
-        return None
+        return (), 0
     opt_stacks = np.fromiter((_is_optimizer(fr) for fr in trace.stacks), dtype=bool, count=len(trace.stacks))
     is_opt = opt_stacks[stack[allocs]]
     starts = allocs[1:][is_opt[1:] & ~is_opt[:-1]]
     bounds = ([int(allocs[0])] if is_opt[0] else []) + [int(i) for i in starts]
     if not bounds:
-        return None
+        return (), 0
     last = bounds[-1]
     addr = np.asarray(trace.addr[:end])[allocs]
     size = np.asarray(trace.size[:end])[allocs]
@@ -95,34 +146,20 @@ def retention(snap: Snapshot) -> Retention | None:
         sel = (allocs >= lo) & (allocs < hi)
         c = collections.Counter(zip(stack[allocs[sel]].tolist(), size[sel].tolist()))
         here: collections.Counter = collections.Counter()
-        for (st, sz), n in c.items():
+        for (st, sz), k in c.items():
             lab = labels.get(st)
             if lab is None:
                 lab = labels[st] = stack_label(trace.stacks[st])
-            here[(lab, sz)] += n
-        for k, n in here.items():
-            per_step[k] = max(per_step[k], n)
-    kept: dict[tuple[str, int], int] = collections.Counter()
-    live = 0
-    phase_of: dict[tuple, bool] = {}
-    for seg in segments_at(snap, dev, "oom"):
-        for blk in seg.blocks:
-            if blk.state != "active_allocated":
-                continue
-            live += blk.size
-            if alloc_at.get(blk.address, -1) >= last or not blk.frames:
-                continue
-            step_side = phase_of.get(blk.frames)
-            if step_side is None:
-                step_side = phase_of[blk.frames] = (
-                    classify_frames(blk.frames, innermost_first=True).phase in _STEP_PHASES
-                    and not _is_optimizer(blk.frames))
-            if step_side:
-                kept[(stack_label(blk.frames), blk.size)] += 1
-    sites = tuple(sorted((KeptSite(lab, sz, n, per_step.get((lab, sz), 0)) for (lab, sz), n in kept.items()
-                          if n >= MIN_KEPT and n > per_step.get((lab, sz), 0)),
+            here[(lab, sz)] += k
+        for key, k in here.items():
+            per_step[key] = max(per_step[key], k)
+    kept: collections.Counter = collections.Counter()
+    for blk in blocks:
+        if alloc_at.get(blk.address, -1) >= last or not blk.frames:
+            continue
+        if phase(blk.frames) in _STEP_PHASES and not _is_optimizer(blk.frames):
+            kept[(stack_label(blk.frames), blk.size)] += 1
+    sites = tuple(sorted((KeptSite(lab, sz, k, per_step.get((lab, sz), 0)) for (lab, sz), k in kept.items()
+                          if k >= MIN_KEPT and k > per_step.get((lab, sz), 0)),
                          key=lambda s: (-s.kept * s.block_bytes, s.label)))
-    if not sites:
-        return None
-    return Retention(sum(s.kept * s.block_bytes for s in sites), sum(s.kept for s in sites), sites, len(bounds),
-                     live)
+    return sites, len(bounds)

@@ -29,7 +29,7 @@ class KeptAcrossSteps:
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         r = ctx.retention
-        if r is None:
+        if r is None or not r.sites:
             return []
         top = r.sites[0]
         site = _short(top.label)

@@ -8,6 +8,10 @@ loops do it with ``torch.cat(all_logits)``.  The kept set grows batch after
 batch, so the OOM comes late in the loop (a retained-memory leak, DESIGN's
 ``leak``), whatever the batch size.
 
+A snapshot shows the same without the failing frame: the buffer the outputs are
+concatenated into is live at the OOM, a material share of memory, whichever
+allocation failed (the next batch's loss, say).
+
 **Fix**  Move results off the GPU as they are produced: ``eval_accumulation_steps``
 (HF Trainer), ``preprocess_logits_for_metrics`` returning ``argmax`` instead of
 full logits, ``.detach().cpu()`` (or running metric sums) in your own loop.
@@ -18,7 +22,7 @@ from __future__ import annotations
 from ...analysis.context import Context
 from ...analysis.phase import Phase
 from ..base import Cause, Finding, Fix, NotAFix, confidence
-from ._common import oom_refs
+from ._common import b, oom_refs
 
 
 class RetainedOutputs:
@@ -27,11 +31,25 @@ class RetainedOutputs:
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         ph = ctx.phase
-        if ctx.oom is None or ph.phase is not Phase.RETAINED:
+        cat = ctx.retention.concatenated if ctx.retention is not None else None
+        if ctx.oom is None or (ph.phase is not Phase.RETAINED and cat is None):
             return []
-        where = f"{ph.frame.name} ({ph.frame.filename.rsplit('/', 1)[-1]}:{ph.frame.line})" if ph.frame else "a frame"
-        signals = [(f"the failing allocation concatenates per-batch outputs on the GPU: {where}", 0.55)]
-        hf = bool(ph.frame and "transformers" in ph.frame.filename.replace("\\", "/"))
+        numbers: list[tuple[str, str]] = []
+        if ph.phase is Phase.RETAINED:
+            where = (f"{ph.frame.name} ({ph.frame.filename.rsplit('/', 1)[-1]}:{ph.frame.line})" if ph.frame
+                     else "a frame")
+            signals = [(f"the failing allocation concatenates per-batch outputs on the GPU: {where}", 0.55)]
+            hf = bool(ph.frame and "transformers" in ph.frame.filename.replace("\\", "/"))
+            numbers.append(("failing frame", where))
+        else:
+            where = cat.label.rsplit("/", 1)[-1]
+            share = cat.bytes / ctx.retention.live_bytes if ctx.retention.live_bytes else 0.0
+            signals = [(f"{b(cat.bytes)} of live memory ({100 * share:.0f}%) is the buffer per-batch outputs are "
+                        f"concatenated into ({where}) at the OOM", 0.55)]
+            hf = "transformers" in cat.label
+            numbers += [("concatenated outputs at the OOM", f"{b(cat.bytes)} in {cat.blocks} block(s), "
+                                                            f"{100 * share:.0f}% of {b(ctx.retention.live_bytes)} live"),
+                        ("allocated at", where)]
         if hf:
             signals.append(("the HF Trainer keeps every batch's logits on the GPU unless eval_accumulation_steps "
                             "is set", 0.1))
@@ -52,6 +70,10 @@ class RetainedOutputs:
             fixes=tuple(fixes),
             not_fixes=(NotAFix("a smaller eval batch size", "the kept outputs of the whole dataset stay the same size"),
                        NotAFix("torch.cuda.empty_cache()", "the kept outputs are live tensors")),
-            signals=tuple(signals), numbers=(("failing frame", where),),
-            detail="The OOM is raised while per-batch outputs are appended to what earlier batches left on the "
-                   "GPU: the kept set grows with every batch until it no longer fits, however small the batch.")]
+            signals=tuple(signals), numbers=tuple(numbers),
+            detail=("The OOM is raised while per-batch outputs are appended to what earlier batches left on the "
+                    "GPU: the kept set grows with every batch until it no longer fits, however small the batch."
+                    if ph.phase is Phase.RETAINED else
+                    f"At the OOM, {b(cat.bytes)} of live memory is the buffer every batch's outputs are concatenated "
+                    f"into ({where}): it grows with every batch until the next allocation, whatever it is, no longer "
+                    "fits, however small the batch."))]
