@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -915,4 +915,51 @@ def ninth_set() -> list[Scenario]:
                           Run("python", "heldout_loop.py", c + ["--batch_size", "1", "--seq_len", "32"],
                               gpu_gib=24, host_gib=8, capture=False, timeout=300))],
         priority=93))
+    return s
+
+
+def tenth_set() -> list[Scenario]:
+    """The tenth set (2026-12-04, third session): defined after LEAK002 learned to read the concatenation
+    buffer from a snapshot, to score that reading on arrival — an HF Trainer evaluation keeping GPT-2-medium's
+    logits on a 16 GiB card, and an HF Trainer training step too large for the same card (nothing kept)."""
+    s: list[Scenario] = []
+    hf = ["--optim", "adamw_torch", "--log_level", "info", "--output_dir", "{job}/hf_out"] + _HF
+
+    # ---------------------------------------------------------------- leak, 16 GiB 4080, GPT-2-medium eval logits
+    ev = hf + ["--model", "gpt2-medium", "--model_dtype", "float32", "--init_device", "cuda", "--emulate_card",
+               "rtx4080", "--max_steps", "4", "--per_device_train_batch_size", "2",
+               "--gradient_accumulation_steps", "2", "--max_seq_length", "1024", "--num_eval_samples", "256",
+               "--eval_strategy", "steps", "--eval_steps", "4", "--per_device_eval_batch_size", "8",
+               "--compute_metrics", "accuracy"]
+    s.append(Scenario(
+        "leak_gpt2_medium_trainer_eval_logits_4080_16g",
+        "HF Trainer fine-tune of a GPT-2-medium shape (355M, fp32 weights, --bf16) on a 16 GB RTX 4080 with an "
+        "eval set of 256 x 1024 tokens and a compute_metrics: the evaluation at step 4 gathers every eval "
+        "batch's 8 x 1024 x 50257 logits on the GPU (eval_accumulation_steps unset) until the OOM. The same run "
+        "with preprocess_logits_for_metrics keeping logits.argmax(-1) completes.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "the Trainer's eval loop keeps one batch of logits more at every eval step until the limit; "
+                "keeping only the argmax completes the same run"},
+        Run("python", "hf_trainer.py", ev, gpu_gib=16, host_gib=8, timeout=300, max_entries=10000),
+        counterfactuals=[("preprocess_logits_for_metrics keeps logits.argmax(-1) (same cap)",
+                          Run("python", "hf_trainer.py", ev + ["--preprocess_logits_argmax"], gpu_gib=16,
+                              host_gib=8, capture=False, timeout=300))],
+        priority=100))
+
+    # ---------------------------------------------------------------- activation_spike, 16 GiB 4080, GPT-2-medium
+    sp = hf + ["--model", "gpt2-medium", "--model_dtype", "float32", "--init_device", "cuda", "--emulate_card",
+               "rtx4080", "--max_steps", "3", "--gradient_accumulation_steps", "1", "--max_seq_length", "1024"]
+    s.append(Scenario(
+        "activation_spike_gpt2_medium_trainer_batch32_4080_16g",
+        "HF Trainer fine-tune of a GPT-2-medium shape (355M, fp32 weights, --bf16, adamw_torch) on a 16 GB RTX "
+        "4080 at per_device_train_batch_size=32 x 1024 tokens: the model states (5.3 GiB) fit, the batch's "
+        "activations and logits do not. The same run at batch 2 completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states fit (batch 2 completes under the same cap); batch 32 x 1024's activations do not"},
+        Run("python", "hf_trainer.py", sp + ["--per_device_train_batch_size", "32"], gpu_gib=16, host_gib=8,
+            timeout=300, max_entries=10000),
+        counterfactuals=[("per_device_train_batch_size=2 (same cap)",
+                          Run("python", "hf_trainer.py", sp + ["--per_device_train_batch_size", "2"], gpu_gib=16,
+                              host_gib=8, capture=False, timeout=300))],
+        priority=101))
     return s
