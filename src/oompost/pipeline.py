@@ -128,6 +128,9 @@ def _summary(ctx: Context, f: Finding, rerun: RerunPlan | None, fixes: tuple[Any
     # where the OOM struck says something of a memory cause, nothing of a set-up mistake or a host failure
     where = f" {_PHASE_WORDS.get(ctx.phase.phase.value, '')}" if ctx.oom is not None and \
         ctx.phase.phase.value in _PHASE_WORDS and f.cause not in _NOT_PHASED else ""
+    if where and f.cause is Cause.LEAK:
+        # a leak keeps memory elsewhere: the phase says only where the last allocation failed
+        where = f"; the OOM struck{where}"
     rank = f" on rank {ctx.first_rank}" if ctx.first_rank is not None and len(ctx.ranks) > 1 else ""
     s = f"{f.title}{rank}{where}."
     words = _plan_words(rerun) if rerun is not None else []
