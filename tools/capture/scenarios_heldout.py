@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set()
 
 
 def second_set() -> list[Scenario]:
@@ -962,4 +962,47 @@ def tenth_set() -> list[Scenario]:
                           Run("python", "hf_trainer.py", sp + ["--per_device_train_batch_size", "2"], gpu_gib=16,
                               host_gib=8, capture=False, timeout=300))],
         priority=101))
+    return s
+
+
+def eleventh_set() -> list[Scenario]:
+    """The eleventh set (2026-12-04, third session, last): causes this session's sets had not made — a host OOM
+    kill while a Qwen2.5-1.5B shape is built on the CPU in a 5 GiB container, and a diffusion-style UNet whose
+    forward hook keeps feature maps at 384 px on a 16 GiB card; defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- host_oom, Qwen2.5-1.5B built on the host
+    q = ["5G", "python3", "{here}/heldout_loop.py", "--model", "qwen2.5-1.5b", "--batch_size", "2", "--seq_len",
+         "256", "--steps", "5", "--emulate_card", "a100-40g"]
+    s.append(Scenario(
+        "host_oom_qwen2.5_1.5b_host_init_cgroup_5g",
+        "A plain loop fine-tuning a Qwen2.5-1.5B shape in a container limited to 5 GiB of host RAM: the model is "
+        "built with from_config on the CPU in fp32 (6.2 GB of host memory) before .to('cuda'), and the kernel's "
+        "OOM killer kills the process while the weights are initialised. The same run building the model "
+        "directly on the GPU completes.",
+        {"cause": "host_oom", "sub_cause": None,
+         "why": "the process is killed by signal 9 (cgroup OOM killer) with no CUDA error while building the "
+                "model on the host; building it on the GPU completes under the same 5 GiB limit"},
+        Run("bash", "cgroup_run.sh", q + ["--init_device", "cpu"], gpu_gib=40, host_gib=7, capture=False,
+            timeout=240),
+        counterfactuals=[("model built on the GPU, torch.device('cuda') (same 5 GiB limit)",
+                          Run("bash", "cgroup_run.sh", q + ["--init_device", "cuda"], gpu_gib=40, host_gib=7,
+                              capture=False, timeout=240))],
+        priority=110))
+
+    # ---------------------------------------------------------------- leak, 16 GiB A4000, UNet hook at 384 px
+    u = ["--model", "unet", "--batch_size", "4", "--image_size", "384", "--steps", "300", "--emulate_card", "a4000"]
+    s.append(Scenario(
+        "leak_unet_feature_hook_384px_a4000_16g",
+        "Plain PyTorch loop training a diffusion-style UNet (43M) at 4 x 384 x 384 on a 16 GB RTX A4000; a forward "
+        "hook appends each step's output feature maps, on the GPU, to a list. The same loop keeping "
+        ".detach().cpu() copies completes 300 steps.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "each step keeps one feature map until the limit; keeping host copies completes the same run"},
+        Run("python", "heldout_loop.py", u + ["--keep_features", "gpu"], gpu_gib=16, host_gib=8, timeout=300,
+            max_entries=8000),
+        counterfactuals=[("the hook keeps .detach().cpu() (same cap)",
+                          Run("python", "heldout_loop.py", u + ["--keep_features", "cpu"], gpu_gib=16, host_gib=12,
+                              capture=False, timeout=300))],
+        priority=111))
     return s
