@@ -1002,7 +1002,7 @@ def eleventh_set() -> list[Scenario]:
         Run("python", "heldout_loop.py", u + ["--keep_features", "gpu"], gpu_gib=16, host_gib=8, timeout=300,
             max_entries=8000),
         counterfactuals=[("the hook keeps .detach().cpu() (same cap)",
-                          Run("python", "heldout_loop.py", u + ["--keep_features", "cpu"], gpu_gib=16, host_gib=12,
+                          Run("python", "heldout_loop.py", u + ["--keep_features", "cpu"], gpu_gib=16, host_gib=24,
                               capture=False, timeout=300))],
         priority=111))
     return s
