@@ -12,7 +12,7 @@ Pure: no I/O, nothing mutated.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..estimate.memory import Estimate, TrainSetup, estimate
 from ..estimate.models import ModelSpec, spec_from_param_count
@@ -22,6 +22,9 @@ from .ranks import RankRow, first_failing_rank, rank_table
 from .setup import RunSetup, build_setup
 from .shared_card import other_processes_bytes
 from .steps import StepPoint, step_series
+
+if TYPE_CHECKING:  # pragma: no cover - numpy stays out of the CLI's start-up
+    from .retention import Retention
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class Context:
     estimate: Estimate | None = None               # the configured run
     estimate_min: Estimate | None = None           # micro-batch 1, full recompute
     notes: tuple[str, ...] = field(default_factory=tuple)
-    retention: Any = None                          # analysis.retention.Retention: kept across steps (snapshot)
+    retention: "Retention | None" = None           # kept across steps or batches (a snapshot's live blocks)
 
     # ---- convenience for rules
     def failures_of(self, *kinds: Any) -> tuple[Failure, ...]:
