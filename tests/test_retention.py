@@ -86,6 +86,18 @@ def test_an_evaluation_that_runs_out_in_the_next_batchs_loss_is_still_the_kept_l
     for files in ([SAMPLES / case / SNAP], [SAMPLES / case / "run.log", SAMPLES / case / SNAP]):
         r = oompost.analyze([str(f) for f in files])
         assert r.cause == "leak" and r.primary.code == "LEAK002", (files, r.cause)
+    # from the log alone only the loop is known: the traceback runs through the Trainer's evaluation_loop, which
+    # keeps every batch's outputs on the GPU unless eval_accumulation_steps is set (every corpus case whose OOM
+    # strikes inside it is a leak: MAGICS-LAB/DNABERT_2#134, NVIDIA-Merlin/Transformers4Rec#693,
+    # huggingface/transformers#17089)
+    from oompost.analysis.context import build_context
+    from oompost.parsers import parse_paths
+
+    ctx = build_context(parse_paths([str(SAMPLES / case / "run.log")]))
+    assert ctx.in_keeping_loop and ctx.growth_shown
+    r = oompost.analyze([str(SAMPLES / case / "run.log")])
+    assert r.cause == "leak" and r.primary.code == "LEAK002"
+    assert any(n[0] == "failing inside" and n[1].startswith("evaluation_loop") for n in r.primary.numbers)
 
 
 def test_a_material_kept_set_is_a_leak_before_fragmentation():

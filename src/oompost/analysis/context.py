@@ -74,13 +74,24 @@ class Context:
     @property
     def growth_shown(self) -> bool:
         """Some input shows memory rising across steps (DESIGN.md's leak): a step series that rises, a memory
-        print or reading that grows, outputs accumulated on the GPU at the failing frame, or a snapshot whose live
-        blocks were kept from earlier steps (analysis.retention)."""
+        print or reading that grows, outputs accumulated on the GPU at the failing frame or by the loop it runs in
+        (the HF Trainer's evaluation), or a snapshot whose live blocks were kept from earlier steps
+        (analysis.retention)."""
         from .phase import Phase
         from .steps import leak_trend
 
         return (leak_trend(self.steps) is not None or self.evidence.fact("cue.memory_growing") is not None
-                or self.phase.phase is Phase.RETAINED or self.retention is not None)
+                or self.phase.phase is Phase.RETAINED or self.retention is not None or self.in_keeping_loop)
+
+    @property
+    def in_keeping_loop(self) -> bool:
+        """The failing allocation runs inside the HF Trainer's evaluation (or legacy prediction) loop, which keeps
+        every batch's outputs on the GPU until the loop ends unless eval_accumulation_steps is set: the kept set
+        grows batch after batch, whichever allocation then fails."""
+        o = self.oom
+        return o is not None and any(fr.name in ("evaluation_loop", "prediction_loop")
+                                     and "trainer" in fr.filename.replace("\\", "/").rsplit("/", 1)[-1]
+                                     for fr in o.stack.frames)
 
     @property
     def has_memory_failure(self) -> bool:

@@ -32,7 +32,7 @@ class RetainedOutputs:
     def evaluate(self, ctx: Context) -> list[Finding]:
         ph = ctx.phase
         cat = ctx.retention.concatenated if ctx.retention is not None else None
-        if ctx.oom is None or (ph.phase is not Phase.RETAINED and cat is None):
+        if ctx.oom is None or (ph.phase is not Phase.RETAINED and cat is None and not ctx.in_keeping_loop):
             return []
         numbers: list[tuple[str, str]] = []
         if ph.phase is Phase.RETAINED:
@@ -41,6 +41,15 @@ class RetainedOutputs:
             signals = [(f"the failing allocation concatenates per-batch outputs on the GPU: {where}", 0.55)]
             hf = bool(ph.frame and "transformers" in ph.frame.filename.replace("\\", "/"))
             numbers.append(("failing frame", where))
+        elif cat is None:
+            # only the loop is known: the HF Trainer's evaluation, which keeps every batch's outputs on the GPU
+            # unless eval_accumulation_steps is set (or no compute_metrics asks for them)
+            loop = next(fr for fr in ctx.oom.stack.frames if fr.name in ("evaluation_loop", "prediction_loop"))
+            where = f"{loop.name} ({loop.filename.replace(chr(92), '/').rsplit('/', 1)[-1]}:{loop.line})"
+            signals = [(f"the OOM struck inside the HF Trainer's {loop.name}, which keeps every batch's outputs on "
+                        "the GPU unless eval_accumulation_steps is set", 0.45)]
+            hf = True
+            numbers.append(("failing inside", where))
         else:
             where = cat.label.rsplit("/", 1)[-1]
             share = cat.bytes / ctx.retention.live_bytes if ctx.retention.live_bytes else 0.0
@@ -74,6 +83,11 @@ class RetainedOutputs:
             detail=("The OOM is raised while per-batch outputs are appended to what earlier batches left on the "
                     "GPU: the kept set grows with every batch until it no longer fits, however small the batch."
                     if ph.phase is Phase.RETAINED else
+                    f"The OOM struck inside {where}: the HF Trainer keeps every evaluated batch's outputs (logits) "
+                    "on the GPU until the loop ends unless eval_accumulation_steps is set, so the kept set grows "
+                    "batch after batch and the next allocation, whatever it is, fails. A snapshot shows the kept "
+                    "buffer; without one this rests on the loop alone."
+                    if cat is None else
                     f"At the OOM, {b(cat.bytes)} of live memory is the buffer every batch's outputs are concatenated "
                     f"into ({where}): it grows with every batch until the next allocation, whatever it is, no longer "
                     "fits, however small the batch."))]
