@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..estimate.memory import Estimate, TrainSetup, estimate
 from ..estimate.models import ModelSpec, spec_from_param_count
-from ..model import Evidence, Failure, Fact, OomEvent, Snapshot
+from ..model import Evidence, Failure, Fact, Frame, OomEvent, Snapshot
 from .phase import Phase, PhaseMatch, classify_frames, user_location
 from .ranks import RankRow, first_failing_rank, rank_table
 from .setup import RunSetup, build_setup
@@ -84,14 +84,19 @@ class Context:
                 or self.phase.phase is Phase.RETAINED or self.retention is not None or self.in_keeping_loop)
 
     @property
-    def in_keeping_loop(self) -> bool:
-        """The failing allocation runs inside the HF Trainer's evaluation (or legacy prediction) loop, which keeps
-        every batch's outputs on the GPU until the loop ends unless eval_accumulation_steps is set: the kept set
-        grows batch after batch, whichever allocation then fails."""
+    def keeping_loop(self) -> Frame | None:
+        """The frame of the HF Trainer's evaluation (or legacy prediction) loop the failing allocation runs in:
+        it keeps every batch's outputs on the GPU until the loop ends unless eval_accumulation_steps is set, so
+        the kept set grows batch after batch, whichever allocation then fails.  None outside such a loop."""
         o = self.oom
-        return o is not None and any(fr.name in ("evaluation_loop", "prediction_loop")
-                                     and "trainer" in fr.filename.replace("\\", "/").rsplit("/", 1)[-1]
-                                     for fr in o.stack.frames)
+        if o is None:
+            return None
+        return next((fr for fr in o.stack.frames if fr.name in ("evaluation_loop", "prediction_loop")
+                     and "trainer" in fr.filename.replace("\\", "/").rsplit("/", 1)[-1]), None)
+
+    @property
+    def in_keeping_loop(self) -> bool:
+        return self.keeping_loop is not None
 
     @property
     def has_memory_failure(self) -> bool:

@@ -168,7 +168,7 @@ class ParserFactory(Protocol):
 
 # ------------------------------------------------------------ tracebacks
 
-from ..model import LOST_FRAME, Frame, Stack  # noqa: E402,F401  (kept next to its only user; LOST_FRAME re-exported)
+from ..model import LOST_FRAME, Frame, Stack  # noqa: E402  (kept next to its only user)
 
 _TB_START = "Traceback (most recent call last)"      # rich prints it without the colon, in a box
 # A frame as CPython prints it, as IPython prints it ("File /x.py:12, in f(a, b)"), and as rich

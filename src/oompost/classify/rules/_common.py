@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...analysis.context import Context
-from ...model import SourceRef
+from ...model import Frame, SourceRef
 from ...units import fmt_bytes
 from ..base import Fix, NotAFix
 
@@ -47,3 +47,18 @@ def headroom(ctx: Context) -> int | None:
 
 def step_ref(ctx: Context, n: int = 3) -> tuple[SourceRef, ...]:
     return tuple(p.reading.ref for p in ctx.steps[-n:])
+
+
+def frame_where(fr: Frame) -> str:
+    """A frame as a reader names it: ``evaluation_loop (trainer.py:2906)``."""
+    return f"{fr.name} ({fr.filename.replace(chr(92), '/').rsplit('/', 1)[-1]}:{fr.line})"
+
+
+def site_label(label: str) -> str:
+    """An allocation site from its installed package on (``transformers/models/…:307 in forward``)."""
+    for marker in ("site-packages/", "dist-packages/"):
+        i = label.rfind(marker)
+        if i >= 0:
+            return label[i + len(marker):]
+    return label
+

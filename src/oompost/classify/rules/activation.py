@@ -24,10 +24,6 @@ from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b, headroom, limit_label, oom_refs
 
 
-# loops that keep every batch's outputs on the GPU while they run (the HF Trainer's evaluation / prediction)
-_KEEPING_LOOPS = frozenset(("evaluation_loop", "prediction_loop"))
-
-
 class ActivationSpike:
     code = "ACT001"
     cause = Cause.ACTIVATION_SPIKE
@@ -74,7 +70,7 @@ class ActivationSpike:
             signals.append(("live tensors fill the limit during the step (little is cached or fragmented)", 0.25))
         if leak_trend(ctx.steps) is not None:
             signals.append(("allocated memory grows every step: a leak, not the step's own activations", -0.3))
-        if any(fr.name in _KEEPING_LOOPS for fr in o.stack.frames):
+        if ctx.in_keeping_loop:
             # the HF Trainer's evaluation keeps every earlier batch's outputs on the GPU unless
             # eval_accumulation_steps is set: what filled the card may be those, not this batch
             signals.append(("the OOM is inside the HF Trainer's evaluation loop, which keeps every earlier batch's "

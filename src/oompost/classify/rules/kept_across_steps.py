@@ -20,7 +20,7 @@ from __future__ import annotations
 from ...analysis.context import Context
 from ...analysis.retention import MATERIAL_SHARE
 from ..base import Cause, Finding, Fix, confidence
-from ._common import LEAK_NOT_FIXES, NO_GRAD_FIX, b, oom_refs
+from ._common import LEAK_NOT_FIXES, NO_GRAD_FIX, b, oom_refs, site_label
 
 
 class KeptAcrossSteps:
@@ -32,7 +32,7 @@ class KeptAcrossSteps:
         if r is None or not r.sites:
             return []
         top = r.sites[0]
-        site = _short(top.label)
+        site = site_label(top.label)
         share = r.kept_bytes / r.live_bytes if r.live_bytes else 0.0
         signals = [(f"{top.kept} live blocks of {b(top.block_bytes)} from {site} were allocated before the last "
                     f"optimizer step; one step allocates {top.per_step} there", 0.6)]
@@ -56,11 +56,3 @@ class KeptAcrossSteps:
                     f"allocates {top.per_step}. A step frees its activations before the next optimizer step; these "
                     "survive every step, so allocated memory rises step after step until the limit."))]
 
-
-def _short(label: str) -> str:
-    """A site as a reader names it: the path from the installed package on (``transformers/models/…``)."""
-    for marker in ("site-packages/", "dist-packages/"):
-        i = label.rfind(marker)
-        if i >= 0:
-            return label[i + len(marker):]
-    return label
