@@ -68,3 +68,42 @@ def test_a_code_line_whose_frame_header_was_cut_still_places_the_allocation(tmp_
     assert "reduce_bucket_size" in ctx.oom.stack.frames[-1].code
     whole = build_context(parse_paths([str(CORPUS / "OpenBMB__VisCPM__23" / "log.txt")]))
     assert whole.phase.phase.value == "ds_bucket"
+
+
+# --------------------------------------------------------- bare numbers, no memory word
+
+def test_a_column_of_bare_numbers_that_rises_is_a_leak_with_its_numbers():
+    # torchdynamo#1778: print(torch.cuda.memory_allocated()) after each batch, between "batch size = N" lines
+    log = CORPUS / "pytorch__torchdynamo__1778" / "log.txt"
+    ev = parse_paths([str(log)])
+    grew = ev.fact("cue.memory_growing")
+    assert grew is not None and grew.value == 7 and grew.ref.line == 2
+    assert ev.fact("cue.memory_growing_range").value == (239657472.0, 1604861440.0)
+    report = analyze(str(log))
+    assert report.cause == "leak"
+    top = report.findings[0]
+    assert "rises from 239,657,472 to 1,604,861,440" in top.detail
+    assert [r.line for r in top.evidence[:2]] == [2, 14]
+
+
+def test_two_bare_columns_are_read_by_their_first():
+    # memcnn#37: "allocated-after-forward allocated-after-step" in MiB, one pair a line, no word at all
+    ev = parse_paths([str(CORPUS / "silvandeleemput__memcnn__37" / "log.txt")])
+    assert ev.fact("cue.memory_growing_range").value[0] == 450.22900390625
+
+
+def test_notebook_line_numbers_are_not_a_memory_series(tmp_path):
+    # DNABERT_2#134: IPython's source listing prints bare line numbers ("   3006 ") inside the traceback;
+    # small whole numbers are line numbers, counters or ids, never memory figures
+    ev = parse_paths([str(CORPUS / "MAGICS-LAB__DNABERT_2__134" / "log.txt")])
+    assert ev.fact("cue.memory_growing") is None
+
+
+def test_bare_numbers_that_do_not_clearly_rise_are_no_series(tmp_path):
+    # arranged (no public log shows these shapes): a flat column of byte counts, and a 3-reading rise
+    flat = tmp_path / "flat.log"
+    flat.write_text("".join(f"{v}\n" for v in (239657472, 239660000, 239650000, 239661000, 239659000)))
+    short = tmp_path / "short.log"
+    short.write_text("239657472\n467977216\n694494720\n")
+    for p in (flat, short):
+        assert parse_paths([str(p)]).fact("cue.memory_growing") is None

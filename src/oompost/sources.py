@@ -10,7 +10,7 @@ import gzip
 import io
 import os
 import re
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from functools import lru_cache
 from itertools import repeat
 from dataclasses import dataclass
@@ -322,7 +322,9 @@ class LineScanner:
     millions of times, so which sentinels a shape holds is worked out once per
     shape.  A sentinel without digits occurs in a line exactly when it occurs
     in the line's shape, so the mask is exact; the few sentinels with digits
-    in them ("137") are tested on the lines whose shape could hold them.
+    in them ("137") are tested on the lines whose shape could hold them.  A
+    consumer may also give a pattern the whole shape must match (``shapes``):
+    a line of bare numbers has no literal in it to look for.
 
     A consumer can change its group while the file is read (``set_group``): a
     parser that has found what it looks for stops paying for lines it no
@@ -335,9 +337,13 @@ class LineScanner:
     MAX_SHAPE_BYTES = 16 * 2**20     # shapes remembered (a log of unique lines forgets them now and then)
     MAX_SHAPE_LEN = 4096            # longer lines are tested directly
 
-    def __init__(self, path: str | os.PathLike[str], groups: list[tuple[str, ...]]) -> None:
+    def __init__(self, path: str | os.PathLike[str], groups: list[tuple[str, ...]],
+                 shapes: "Sequence[re.Pattern[bytes] | None]" = ()) -> None:
         self.path = path
         self._groups = [tuple(g) for g in groups]
+        # a consumer may also ask for every line whose whole shape matches a pattern (a line of bare
+        # numbers holds no literal to look for): tested once per new shape, like the sentinels
+        self._shape_tests = tuple((rx, 1 << i) for i, rx in enumerate(shapes) if rx is not None)
         self.want_all = False
         self.lines_read = 0
         self._direct_bit = 0
@@ -409,6 +415,9 @@ class LineScanner:
             mask = hits.get(off, 0)
             z = zhits.get(off, 0)
             off += len(key) + 1
+            for rx, bit in self._shape_tests:
+                if rx.fullmatch(key):
+                    mask |= bit
             digits = combos.get(z)
             if digits is None:
                 digits = combos[z] = tuple((s, bit) for i, (_, s, bit) in enumerate(self._digits) if z >> i & 1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..model import SourceRef
 from .base import Cause, Finding, Fix, NotAFix
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -121,6 +122,21 @@ _SERVING_CAPACITY = (Fix("code", "--tensor-parallel-size", "the number of GPUs t
                          "the server reserves KV cache for the longest sequence it accepts"))
 
 
+def _growth(ctx: "Context") -> "tuple[str, tuple[SourceRef, ...]] | None":
+    """What a rising memory figure the cue parser found shows, and its first and last lines."""
+    n = ctx.evidence.fact("cue.memory_growing")
+    span = ctx.evidence.fact("cue.memory_growing_range")
+    if n is None or span is None:
+        return None
+    first, last = span.value
+    def num(x: float) -> str:
+        return f"{x:,.0f}" if x >= 1000 else f"{x:.4g}"
+
+    times = f" ({last / first:.1f}×)" if 0 < first and last < 100 * first else ""
+    return (f"A memory figure printed {n.value} times rises from {num(first)} to {num(last)}{times} "
+            f"between the lines cited.", (n.ref, span.ref))
+
+
 def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Finding:
     """The finding of ``v.cause`` built from the verdict's signals and the failure lines."""
     cause = v.cause
@@ -138,6 +154,12 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
         fixes = _SERVING_CAPACITY
     signals = tuple((f"{name} (learned weight)", round(w, 3)) for name, w in v.contributions)
     detail = _DETAIL.get(cause, "")
+    if cause is Cause.LEAK:
+        grew = _growth(ctx)
+        if grew:
+            text, lines = grew
+            detail += " " + text
+            refs = list(lines) + refs
     if ctx.phase.phase.value != "unknown" and ctx.oom is not None:
         detail += f" The failing allocation is in {ctx.phase.phase.value}"
         detail += f" ({ctx.phase.why})." if ctx.phase.why else "."

@@ -79,7 +79,8 @@ def _parse_text(path: str, kind: InputKind, out: EvidenceBuilder, sniff_note: st
     # prefix-stripped and offered to the parsers.  A parser that has found what it
     # looks for narrows its sentinels (``on_narrow``) and stops being offered the rest.
     # bit i of a line's mask: parser i's sentinels occur in it; the last bit: a traceback starts
-    scanner = LineScanner(path, [p.SENTINELS for p in parsers] + [TracebackTracker.SENTINELS])
+    scanner = LineScanner(path, [p.SENTINELS for p in parsers] + [TracebackTracker.SENTINELS],
+                          shapes=[getattr(p, "SHAPE", None) for p in parsers])
     for i, p in enumerate(parsers):
         if hasattr(p, "on_narrow"):
             p.on_narrow = lambda sentinels, i=i: scanner.set_group(i, sentinels)

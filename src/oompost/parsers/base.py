@@ -134,9 +134,11 @@ def _ignore(sentinels: tuple[str, ...]) -> None:
 
 
 class SentinelParser:
-    """A single-line parser fed only the lines holding one of its ``SENTINELS`` (literal substrings)."""
+    """A single-line parser fed only the lines holding one of its ``SENTINELS`` (literal substrings),
+    and the lines whose shape (digits as ``0``) matches ``SHAPE`` whole, when it has one."""
 
     SENTINELS: tuple[str, ...] = ()
+    SHAPE: "re.Pattern[bytes] | None" = None
     busy = False
 
     def __init__(self, path: str, out: EvidenceBuilder, *, rank_hint: int | None = None,

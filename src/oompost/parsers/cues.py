@@ -149,6 +149,16 @@ SUMMARY_NAMES = {"Allocated memory": "allocated", "Active memory": "active", "GP
 # next line ("865280", "Out[3]: 865280", "tensor(865280)")
 MEMORY_QUERY = re.compile(r"(?:max_)?memory_(?:allocated|reserved|cached)\(\w*\)")
 BARE_VALUE = re.compile(r"^\s*(?:Out\[\d+\]:\s*)?(?P<v>\d+(?:\.\d+)?)\s*$")
+# A loop that prints its memory as bare numbers, one reading a line (``print(torch.cuda.memory_allocated())``
+# -> ``239657472``; ``print(alloc_mib, reserved_mib)`` -> ``450.229 1528.867``): up to four numbers and
+# nothing else.  Read as a series by column count; a whole number below BARE_MIN is a line number, a
+# counter or an id, not a memory figure (bytes are large; MiB and GiB are printed with decimals).
+BARE_LINE_SHAPE = re.compile(rb"[ \t]*0+(?:\.0+)?(?:[ \t,]+0+(?:\.0+)?){0,3}[ \t\r]*")
+BARE_LINE = re.compile(r"[ \t]*\d+(?:\.\d+)?(?:[ \t,]+\d+(?:\.\d+)?){0,3}[ \t]*")
+BARE_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+BARE_MIN = 100_000
+BARE_MIN_READINGS = 4
+BARE_MIN_GROWTH = 1.2
 
 
 _ASCII_DIGIT = re.compile(r"[0-9]").search
@@ -182,6 +192,7 @@ def _cues_on(text: str) -> tuple[str, ...]:
 
 
 class CueParser(SentinelParser):
+    SHAPE = BARE_LINE_SHAPE
     SENTINELS: tuple[str, ...] = tuple(sorted({s for sents, _ in CUES.values() for s in sents}
                                               | {"llama", "Llama", "LLaMA", "qwen", "Qwen", "mistral", "Mistral",
                                                  "falcon", "bloom", "opt-", "gpt", "GPT", "baichuan", "Baichuan",
@@ -196,7 +207,8 @@ class CueParser(SentinelParser):
         self._counts: dict[str, int] = {}
         self._first: dict[str, LogLine] = {}
         self._series: dict[str, list[float]] = {}
-        self._series_ln: dict[str, LogLine] = {}
+        self._series_ln: dict[str, LogLine] = {}       # a series' first line
+        self._series_last: dict[str, LogLine] = {}     # and its last
         self._model: tuple[int, LogLine] | None = None
         self._progress: tuple[int, int, LogLine | None] = (0, 0, None)
         self._pending = dict.fromkeys(CUES)
@@ -209,11 +221,22 @@ class CueParser(SentinelParser):
         self.busy = False
         self._narrowed = False
 
-    def _query_answer(self, text: str) -> None:
+    def _query_answer(self, text: str, ln: LogLine) -> None:
         key, self._query, self.busy = self._query, None, False
         m = BARE_VALUE.match(text)
         if m is not None and key is not None:
             self._series.setdefault(key, []).append(float(m.group("v")))
+            self._series_last[key] = ln
+
+    def _bare(self, text: str, ln: LogLine) -> None:
+        nums = BARE_NUMBER.findall(text)
+        if "." not in nums[0] and float(nums[0]) < BARE_MIN:
+            return
+        key = f"bare {len(nums)}" if ln.rank is None else f"[{ln.rank}] bare {len(nums)}"
+        self._readings += 1
+        self._series.setdefault(key, []).append(float(nums[0]))
+        self._series_ln.setdefault(key, ln)
+        self._series_last[key] = ln
 
     # Cues are about where a run was: the first sighting of each is what matters, so a long log pays
     # for each pattern only until it is found (and for the memory series only up to a bound).
@@ -225,7 +248,10 @@ class CueParser(SentinelParser):
         text = ln.text
         self._lines += 1
         if self._query is not None:
-            self._query_answer(text)
+            self._query_answer(text, ln)
+        elif self._readings < self.SERIES_READINGS and BARE_LINE.fullmatch(text):
+            self._bare(text, ln)
+            return
         if "memory_" in text and (mq := MEMORY_QUERY.search(text)) and not has_digit(text[mq.end():]):
             self._query = "? " + _NUMS.sub("#", mq.group(0))
             if self._query_ln is None:
@@ -249,6 +275,7 @@ class CueParser(SentinelParser):
                 vals = self._series.setdefault(key, [])
                 vals.append(fig[1])
                 self._series_ln.setdefault(key, ln)
+                self._series_last[key] = ln
         p_steps, p_epochs, _ = self._progress
         if (p_steps < 50 and p_epochs < 2 and ("/" in text or "poch" in text or "tep" in text or "ter" in text)
                 and has_digit(text)):
@@ -325,9 +352,23 @@ class CueParser(SentinelParser):
         if pln is not None and (steps >= 50 or epochs >= 2):
             self.out.fact("cue.long_run", max(steps, epochs), ref(self.path, pln))
         for shape, vals in self._series.items():
+            if "bare " in shape:
+                # numbers with no word beside them: a longer run, and a clear rise, before they count
+                if len(vals) >= BARE_MIN_READINGS and growing(vals) and vals[-1] >= BARE_MIN_GROWTH * vals[0]:
+                    self._grew(shape, vals)
+                    break
+                continue
             if growing(vals) or (len(vals) == 2 and "MiB / #MiB" in shape and vals[1] >= 1.5 * vals[0] > 0) or (
                     shape.startswith("? ") and len(vals) >= 2 and all(b > a for a, b in zip(vals, vals[1:]))):
-                ln = self._series_ln.get(shape) or self._query_ln
-                if ln is not None:
-                    self.out.fact("cue.memory_growing", len(vals), ref(self.path, ln))
+                self._grew(shape, vals)
                 break
+
+    def _grew(self, shape: str, vals: list[float]) -> None:
+        """``cue.memory_growing`` (how many readings, at the series' first line) and
+        ``cue.memory_growing_range`` (its first and last figure as printed, at its last line)."""
+        first = self._series_ln.get(shape) or self._query_ln
+        if first is None:
+            return
+        self.out.fact("cue.memory_growing", len(vals), ref(self.path, first))
+        last = self._series_last.get(shape, first)
+        self.out.fact("cue.memory_growing_range", (vals[0], vals[-1]), ref(self.path, last))
