@@ -489,3 +489,26 @@ def test_the_tail_of_rays_kill_report_is_a_ray_host_kill_not_an_oom():
     assert not ev.ooms
     (k,) = kinds(ev, K.HOST_OOM_KILL)
     assert k.killer == "ray"
+
+
+def test_a_dataloader_worker_terminated_is_a_host_failure():
+    # https://github.com/open-mmlab/mmsegmentation/issues/2085: the one line of the thread
+    from pathlib import Path
+
+    import oompost
+
+    r = oompost.analyze([str(Path(__file__).parent / "corpus" / "open-mmlab__mmsegmentation__2085" / "log.txt")])
+    assert r.cause == "host_oom"
+    assert any(f.key == "dataloader_num_workers" for f in r.primary.fixes)
+    assert not any("zero.Init" in f.key for f in r.primary.fixes)
+
+
+def test_cuda_malloc_host_failing_is_pinned_host_memory():
+    # https://github.com/davisking/dlib/issues/391: dlib's "Error while calling cudaMallocHost(...) ... out of memory"
+    from pathlib import Path
+
+    import oompost
+
+    r = oompost.analyze([str(Path(__file__).parent / "corpus" / "davisking__dlib__391" / "log.txt")])
+    assert r.cause == "host_oom" and r.primary.sub_cause == "pinned"
+    assert "pin_memory" in r.primary.fixes[0].key

@@ -71,3 +71,40 @@ def test_vllm_start_up_checks_are_config_errors_naming_their_setting():
     kv = report_from_evidence(parse_text(VLLM_KV))
     assert kv.cause == "config_error" and kv.primary.sub_cause == "kv_cache_too_small"
     assert kv.primary.fixes[0].key == "max_model_len" and "8192" in kv.primary.fixes[0].why
+
+
+# ------------------------------------------------------------------ llama.cpp / ggml
+
+def test_a_ggml_compute_buffer_failure_is_an_oom_in_the_graphs_activations():
+    # https://github.com/ggml-org/llama.cpp/issues/9352: no "out of memory" text at all, only
+    # "ggml_gallocr_reserve_n: failed to allocate ROCm0 buffer of size 18035509504"
+    r = _report("ggml-org__llama.cpp__9352")
+    assert r.cause == "activation_spike"
+    assert r.oom is not None and r.oom.requested_bytes == 18035509504
+    assert r.rerun is None
+    keys = " ".join(f.key for f in r.primary.fixes)
+    assert "--ctx-size" in keys and "gradient_checkpointing" not in keys
+
+
+def test_the_cudamalloc_line_and_the_buffer_line_are_one_failure():
+    # https://github.com/ggml-org/llama.cpp/issues/13414: "allocating 4514.05 MiB on device 0: cudaMalloc failed:
+    # out of memory" then "failed to allocate CUDA0 buffer of size 4733328896": one OOM, named by the second line
+    from oompost.parsers import parse_paths
+
+    ev = parse_paths([str(CORPUS / "ggml-org__llama.cpp__13414" / "log.txt")])
+    ggml = [o for o in ev.ooms if o.message_format == "ggml"]
+    assert len(ggml) == 1 and ggml[0].stack.frames[0].name == "ggml_gallocr_reserve_n"
+    assert abs(ggml[0].requested_bytes - 4733328896) < 2**20
+
+
+def test_a_ggml_cpu_buffer_is_host_memory(tmp_path):
+    # arranged from llama.cpp's own message shape (no corpus thread shows a CPU buffer failing alone)
+    p = tmp_path / "run.log"
+    p.write_text("ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 40000000000\n"
+                 "llama_model_load: error loading model: unable to allocate CPU buffer\n")
+    from oompost.model import OomKind
+    from oompost.parsers import parse_paths
+
+    ooms = parse_paths([str(p)]).ooms
+    assert [o.kind for o in ooms] == [OomKind.HOST, OomKind.HOST]
+    assert ooms[0].requested_bytes == 40000000000

@@ -64,6 +64,12 @@ class Context:
         return ev.fact("launcher.killed_pid")
 
     @property
+    def is_ggml(self) -> bool:
+        """The failure is llama.cpp / ggml's (llama-cpp-python, ollama): its knobs are the context size, the
+        batch sizes and the layers offloaded, not a trainer's arguments."""
+        return self.oom is not None and self.oom.message_format == "ggml"
+
+    @property
     def is_serving(self) -> bool:
         """An inference server's log (vLLM, TGI, sglang: their start-up and KV-cache lines) with no training in
         it: batch size, checkpointing and ZeRO are not its knobs."""

@@ -100,6 +100,12 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     (Phase.GENERATION, "transformers/generation", None, None, "generate()"),
     (Phase.GENERATION, "cache_utils", None, None, "KV cache"),
     (Phase.GENERATION, None, r"^generate$|_sample$|beam_search|greedy_search", None, "generation"),
+    # llama.cpp / ggml: the C function that failed to allocate (parsers/torch_oom.py makes it the one frame)
+    (Phase.GENERATION, "ggml", r"kv_cache|kv_self", r"kv cache", "llama.cpp's KV cache"),
+    (Phase.FORWARD, "ggml", r"gallocr|graph|sched|compute|pool_malloc", None,
+     "llama.cpp's compute buffer (the graph's activations)"),
+    (Phase.MODEL_INIT, "ggml", r"model_load|load_tensors|load_all_data|llama_model", None,
+     "llama.cpp loading the weights"),
     # every batch's outputs kept on the GPU for metrics: the HF Trainer's evaluation/prediction loop
     # concatenates logits batch after batch (nested_concat) unless eval_accumulation_steps moves them off;
     # hand-written loops do the same with torch.cat over a list of outputs

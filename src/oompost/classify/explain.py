@@ -147,7 +147,11 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
     refs += [e.ref for e in ctx.evidence.exits[:2]]
     sub = None
     fixes = _FIXES.get(cause, ())
-    if cause is Cause.ACTIVATION_SPIKE and (ctx.phase.phase.value == "generation"
+    if ctx.is_ggml and cause in (Cause.ACTIVATION_SPIKE, Cause.CAPACITY, Cause.FRAGMENTATION):
+        from .rules._common import GGML_FIXES
+
+        fixes = GGML_FIXES
+    elif cause is Cause.ACTIVATION_SPIKE and (ctx.phase.phase.value == "generation"
                                             or ctx.evidence.fact("cue.serving") is not None):
         sub, fixes = "kv_cache", _KV_FIXES + (() if ctx.is_serving else fixes[:1])
     elif cause is Cause.CAPACITY and ctx.is_serving:
@@ -164,5 +168,6 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
         detail += f" The failing allocation is in {ctx.phase.phase.value}"
         detail += f" ({ctx.phase.why})." if ctx.phase.why else "."
     return Finding("VERDICT", cause, _TITLES.get(cause, cause.value), v.probability, evidence=tuple(refs[:5]),
-                   fixes=fixes, not_fixes=() if ctx.is_serving else _NOT.get(cause, ()), signals=signals,
+                   fixes=fixes, not_fixes=() if ctx.is_serving or ctx.is_ggml else _NOT.get(cause, ()),
+                   signals=signals,
                    detail=detail, sub_cause=sub)

@@ -60,8 +60,12 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     (FailureKind.SHM, ("Bus error", "shared memory", "/dev/shm", "shm"),
      re.compile(r"Bus error|bus error|insufficient shared memory|/dev/shm|shm_open|"
                 r"No space left on device.*shm|unable to (?:open|write to) shared memory")),
-    (FailureKind.PINNED_HOST, ("cudaHostAlloc", "pin_memory", "pinned", "on host", "CachingHostAllocator"),
-     re.compile(r"cudaHostAlloc|(?:pin_memory|pinned memory|pinned host memory).*(?:out of memory|failed|error)|"
+    (FailureKind.PINNED_HOST, ("cudaHostAlloc", "cudaMallocHost", "cuMemHostAlloc", "cuMemAllocHost", "pin_memory",
+                               "pinned", "on host", "CachingHostAllocator"),
+     # the CUDA runtime / driver calls that allocate pinned host memory (dlib: "Error while calling
+     # cudaMallocHost(&data, ...) ... reason: out of memory")
+     re.compile(r"(?:cudaHostAlloc|cudaMallocHost|cuMemHostAlloc|cuMemAllocHost)\b.*(?:out of memory|failed|error|"
+                r"OUT_OF_MEMORY)|cudaHostAlloc|(?:pin_memory|pinned memory|pinned host memory).*(?:out of memory|failed|error)|"
                 # the caching host allocator (THC's, then c10's) is PyTorch's pool of pinned host memory
                 r"CachingHostAllocator.*out of memory|"
                 r"could not allocate pinned host memory|on host: CUDA_ERROR_OUT_OF_MEMORY")),

@@ -615,6 +615,13 @@ class LauncherParser:
                 self._fail(K.KILLED, ln, self._line_rank(ln), None,
                            f"DataLoader worker (pid {m.group('pid')}) was SIGKILLed (host memory?)")
                 return True
+            if m and "Terminated" in m.group("sig"):
+                # a host process ended from outside: the host's memory (a container or a job limit), or a
+                # scheduler's time limit; every worker kill in the corpus was host memory
+                self._fail(K.KILLED, ln, self._line_rank(ln), None,
+                           f"DataLoader worker (pid {m.group('pid')}) was terminated (SIGTERM): host memory or "
+                           "the job's scheduler")
+                return True
         return False
 
     def _shell_signal(self, ln: LogLine, t: str) -> bool:

@@ -32,7 +32,7 @@ _SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
 TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE", "MemoryError",
             "Unable to allocate",
             "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory",
-            "while trying to allocate", "memory has been allocated")
+            "while trying to allocate", "memory has been allocated", "failed to allocate", "unable to allocate")
 
 REQUEST = re.compile(rf"Tried to allocate (?:(?P<req>{_SZ})|(?P<eb>more than 1EB memory))")
 NEW_CAPACITY = re.compile(rf"GPU ?(?P<dev>\d*) has a total capac(?P<typo>i?)ty of (?P<cap>{_SZ})"
@@ -74,6 +74,16 @@ PADDLE = re.compile(rf"Cannot allocate (?P<req>{_SZ}) memory on GPU (?P<dev>\d+)
 # (free: 513736704, total: 85095874560)"
 BYTES_FREE_TOTAL = re.compile(r"while trying to allocate (?P<req>\d+) bytes \(free: (?P<free>\d+), "
                               r"total: (?P<total>\d+)\)")
+
+# llama.cpp / ggml (llama-cpp-python, ollama): "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size
+# 4733328896", "llama_model_load: error loading model: unable to allocate ROCm0 buffer", "ggml_backend_cuda_buffer_
+# type_alloc_buffer: allocating 4514.05 MiB on device 0: cudaMalloc failed: out of memory".  The C function that
+# failed says what the buffer was for (the graph's compute buffer, the KV cache, the weights): it becomes the
+# event's one frame, for the phase.  A CPU buffer is host memory.
+GGML_BUFFER = re.compile(r"(?:^|\s)(?P<func>\w+): (?:.*?: )?(?:failed to allocate|unable to allocate) (?:(?P<dev>(?:CUDA|ROCm|"
+                         r"Vulkan|Metal|SYCL|CANN|MUSA|CPU)\d*) )?buffer(?: of size (?P<req>\d+)| for (?:the )?kv cache)?")
+GGML_MALLOC = re.compile(r"(?P<func>\w+): allocating (?P<mib>\d+(?:\.\d+)?) MiB on device (?P<dev>\d+): \w+ failed: "
+                         r"out of memory")
 
 
 # where an OOM message starts; two ranks printing at once glue theirs onto one line
@@ -222,6 +232,9 @@ class TorchOomParser:
         if m:
             return OomEvent(OomKind.HOST, ref(self.path, ln), rank, None, requested_bytes=int(m.group("n")),
                             exception=exc or "RuntimeError", message_format="DefaultCPUAllocator", stack=stack)
+        ggml = self._ggml(text, ln, rank, exc)
+        if ggml is not None:
+            return ggml
         m = LIB_ALLOC.search(text)
         if m:
             kind = OomKind.CUBLAS if m.group("lib") == "CUBLAS" else (
@@ -256,6 +269,31 @@ class TorchOomParser:
             return OomEvent(kind, ref(self.path, ln), rank, exception=exc, truncated=True, stack=stack,
                             message_format="truncated")
         return None
+
+    def _ggml(self, text: str, ln: LogLine, rank: int | None, exc: str) -> OomEvent | None:
+        """A llama.cpp / ggml allocation failure; None when the line is not one.  The buffer's own line
+        (``failed to allocate CUDA0 buffer``) after the cudaMalloc line of the same size replaces it: one
+        failure, and the later line names what the buffer was for."""
+        if "buffer" in text and (m := GGML_BUFFER.search(text)) is not None:
+            dev = m.group("dev") or ""
+            req = int(m.group("req")) if m.group("req") else None
+            kind = OomKind.HOST if dev.startswith("CPU") or "_cpu_" in m.group("func") else OomKind.OTHER
+        elif "MiB on device" in text and (m := GGML_MALLOC.search(text)) is not None:
+            req, kind = int(float(m.group("mib")) * 2**20), OomKind.OTHER
+        else:
+            return None
+        stack = Stack((Frame("ggml", ln.lineno, m.group("func"), text.strip()[:200]),))
+        event = OomEvent(kind, ref(self.path, ln), rank, requested_bytes=req, exception=exc, message_format="ggml",
+                         stack=stack, truncated=True)
+        last = self.out.ooms[-1] if self.out.ooms else None
+        if (last is not None and last.message_format == "ggml" and last.ref.source == self.path and req is not None
+                and last.requested_bytes is not None and abs(last.requested_bytes - req) <= 2**20
+                and 0 < ln.lineno - last.ref.line <= 3):
+            import dataclasses
+
+            self.out.ooms[-1] = dataclasses.replace(last, stack=stack, kind=kind)
+            return None
+        return event
 
     def _caching(self, text: str, ln: LogLine, rank: int | None, kind: OomKind, exc: str, stack: Stack,
                  m_req: re.Match[str]) -> OomEvent:

@@ -14,6 +14,16 @@ NO_GRAD_FIX = Fix("code", "torch.no_grad()", "wrap evaluation, metric and hook c
 LEAK_NOT_FIXES = (NotAFix("torch.cuda.empty_cache()", "the kept tensors are live"),
                   NotAFix("a smaller batch / a larger GPU / expandable_segments", "the OOM only moves later"))
 
+# llama.cpp / ggml's knobs (llama-server, llama-cpp-python, ollama's num_ctx / num_gpu)
+GGML_FIXES = (Fix("code", "--ctx-size (-c) / n_ctx / num_ctx", "lower it (e.g. 8192)",
+                  "llama.cpp sizes its KV cache and compute buffer for the whole context"),
+              Fix("code", "--ubatch-size (-ub) / --batch-size (-b)", "lower it (e.g. 256)",
+                  "the compute buffer grows with the tokens evaluated at once"),
+              Fix("code", "--n-gpu-layers (-ngl) / num_gpu", "offload fewer layers",
+                  "the layers kept on the host free GPU memory for the buffers"),
+              Fix("code", "a smaller quantization", "e.g. Q4_K_M instead of Q8_0",
+                  "fewer bytes per weight"))
+
 
 def b(n: int | float | None) -> str:
     return fmt_bytes(n)

@@ -105,9 +105,20 @@ class HostOom:
                              "every Ray worker on the node (rollout, reference, reward, actor) holds its own host "
                              "memory; fewer per node, or nodes with more RAM, keep the node under the monitor's "
                              "threshold"))
-        if not ray or ctx.setup.deepspeed:
+        if sub == "pinned" and not offload:
+            fixes.append(Fix("code", "pin_memory=False (DataLoader), smaller pinned buffers", "",
+                             "page-locked host memory comes out of RAM (and the locked-memory limit) and cannot be "
+                             "swapped"))
+        workers = [f for f in sigkills if "DataLoader worker" in f.message]
+        if workers and sub != "shm":
+            fixes.append(Fix("trainer_arg", "dataloader_num_workers", 2,
+                             "each worker holds its own copy of the dataset object and its prefetched batches"))
+        if ctx.setup.deepspeed or (not ray and not pinned and not workers):
             fixes.append(Fix("code", "deepspeed.zero.Init", "build the model under zero.Init",
                              "otherwise every local rank materialises a full CPU copy of the model"))
+        if not fixes:
+            fixes.append(Fix("code", "more host RAM (or swap), or less held on the host", "",
+                             "the GPU did not run out: the host did"))
         return [Finding(
             self.code, self.cause, "Host RAM ran out" + (" (shared memory)" if sub == "shm" else ""),
             confidence(signals), evidence=tuple(refs[:5]), fixes=tuple(fixes),
