@@ -219,3 +219,41 @@ def test_a_message_hard_wrapped_mid_word_under_a_rank_prefix_is_read_whole():
     assert o.allocated_bytes == parse_size("19.75 GiB")
     assert o.reserved_unallocated_bytes == parse_size("1.78 GiB")
     assert "has a total capacity of 23.67 GiB" in o.ref.text
+
+
+# ---------------------------------------------------------------- TensorFlow, from corpus threads
+
+def _corpus_ooms(case: str):
+    from pathlib import Path
+
+    from oompost.parsers import parse_paths
+
+    return parse_paths([str(Path(__file__).parent / "corpus" / case / "log.txt")]).ooms
+
+
+def test_tensorflow_oom_gives_the_request_from_shape_and_type_and_the_node_as_frame():
+    # https://github.com/Azure/MachineLearningNotebooks/issues/880: "OOM when allocating tensor with
+    # shape[16,112,112,147] and type float on .../device:GPU:0 by allocator GPU_0_bfc", the node on the next line
+    tf = [o for o in _corpus_ooms("Azure__MachineLearningNotebooks__880") if o.message_format == "tensorflow"]
+    assert tf and tf[0].kind is OomKind.OTHER
+    assert tf[0].requested_bytes == 16 * 112 * 112 * 147 * 4
+    assert tf[0].stack.frames[-1].name == "resnet_v1_50/conv1/ExtractImagePatches"
+    from oompost.analysis.phase import classify_frames
+
+    assert classify_frames(tf[0].stack.frames, innermost_first=False).phase.value == "forward"
+
+
+def test_tensorflow_oom_on_the_cpu_allocator_is_host_memory():
+    # https://github.com/tensorflow/tensorflow/issues/29983: "... on /job:localhost/replica:0/task:0/device:CPU:0
+    # by allocator cpu", the op kernel named by "OP_REQUIRES failed at batch_matmul_op_impl.h"
+    tf = [o for o in _corpus_ooms("tensorflow__tensorflow__29983") if o.message_format == "tensorflow"]
+    assert tf[0].kind is OomKind.HOST and tf[0].requested_bytes == 128 * 8070 * 8070 * 4
+    assert tf[0].stack.frames[0].name == "batch_matmul_op_impl"
+
+
+def test_a_tensorflow_gradient_node_is_backward():
+    from oompost.analysis.phase import classify_frames
+    from oompost.model import Frame
+
+    frames = (Frame("tensorflow", 3, "training/Adam/gradients/conv2d_3/Conv2D_grad/Conv2DBackpropInput"),)
+    assert classify_frames(frames, innermost_first=False).phase.value == "backward"

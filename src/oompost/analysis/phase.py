@@ -100,6 +100,11 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     (Phase.GENERATION, "transformers/generation", None, None, "generate()"),
     (Phase.GENERATION, "cache_utils", None, None, "KV cache"),
     (Phase.GENERATION, None, r"^generate$|_sample$|beam_search|greedy_search", None, "generation"),
+    # TensorFlow: the op kernel or graph node that failed (parsers/torch_oom.py makes them the frames, the node
+    # innermost); gradient ops are backward, optimizer ops the step, any other op is the model's forward
+    (Phase.BACKWARD, "tensorflow", r"(?i)gradients?/|_grad\b|grad_|Grad|backprop", None, "a TensorFlow gradient op"),
+    (Phase.OPTIMIZER_STEP, "tensorflow", r"(?i)adam|training/|optimizer|apply_\w+", None, "a TensorFlow optimizer op"),
+    (Phase.FORWARD, "tensorflow", r"\w", None, "a TensorFlow op of the model"),
     # llama.cpp / ggml: the C function that failed to allocate (parsers/torch_oom.py makes it the one frame)
     (Phase.GENERATION, "ggml", r"kv_cache|kv_self", r"kv cache", "llama.cpp's KV cache"),
     (Phase.FORWARD, "ggml", r"gallocr|graph|sched|compute|pool_malloc", None,

@@ -32,7 +32,8 @@ _SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
 TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE", "MemoryError",
             "Unable to allocate",
             "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory",
-            "while trying to allocate", "memory has been allocated", "failed to allocate", "unable to allocate")
+            "while trying to allocate", "memory has been allocated", "failed to allocate", "unable to allocate",
+            "OOM when allocating", "{{node ", "[[node ")
 
 REQUEST = re.compile(rf"Tried to allocate (?:(?P<req>{_SZ})|(?P<eb>more than 1EB memory))")
 NEW_CAPACITY = re.compile(rf"GPU ?(?P<dev>\d*) has a total capac(?P<typo>i?)ty of (?P<cap>{_SZ})"
@@ -85,6 +86,18 @@ GGML_BUFFER = re.compile(r"(?:^|\s)(?P<func>\w+): (?:.*?: )?(?:failed to allocat
 GGML_MALLOC = re.compile(r"(?P<func>\w+): allocating (?P<mib>\d+(?:\.\d+)?) MiB on device (?P<dev>\d+): \w+ failed: "
                          r"out of memory")
 
+# TensorFlow: "Resource exhausted: OOM when allocating tensor with shape[16,112,112,147] and type float on
+# /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc", the op that failed as "OP_REQUIRES failed at
+# fused_batch_norm_op.cc:573" before it, the graph node on the next line ("[[{{node resnet_v1_50/conv1/
+# ExtractImagePatches}}]]").  The request is the shape's size times the type's; the op or node is the event's one
+# frame, for the phase (a gradient op is backward, an optimizer op the step, any other op the forward).
+TF_OOM = re.compile(r"OOM when allocating tensor (?:of shape \[?|with shape\s*\[?)(?P<shape>[\d,\s]*)\]?(?: and type "
+                    r"(?P<dtype>\w+))?(?: on (?P<where>\S+))?(?: by allocator (?P<alloc>\w+))?")
+TF_OP = re.compile(r"OP_REQUIRES failed at (?P<op>[\w.]+?)(?:\.cc|\.h)?:\d+")
+TF_NODE = re.compile(r"\[\[(?:\{\{)?node (?P<node>[\w/.:-]+)")
+TF_DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
+                  "int32": 4, "int64": 8, "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "complex64": 8}
+
 
 # where an OOM message starts; two ranks printing at once glue theirs onto one line
 _MESSAGE_START = re.compile(r"(?:[\w.]*OutOfMemoryError: )?(?:CUDA|HIP) out of memory\. Tried to allocate")
@@ -134,6 +147,9 @@ class TorchOomParser:
         if self._wrapped and self._continue_wrapped(ln, rank):
             return
         if not any(t in text for t in TRIGGERS):
+            return
+        if ("{{node " in text or "[[node " in text) and "OOM when" not in text:
+            self._tf_node(text, ln)
             return
         if "would exceed allowed memory" in text:
             self._async[rank] = {"ln": ln, "fields": {}, "last_key": None, "n": 0}
@@ -235,6 +251,8 @@ class TorchOomParser:
         ggml = self._ggml(text, ln, rank, exc)
         if ggml is not None:
             return ggml
+        if "OOM when allocating" in text and (m := TF_OOM.search(text)) is not None:
+            return self._tensorflow(text, ln, rank, exc, m)
         m = LIB_ALLOC.search(text)
         if m:
             kind = OomKind.CUBLAS if m.group("lib") == "CUBLAS" else (
@@ -269,6 +287,35 @@ class TorchOomParser:
             return OomEvent(kind, ref(self.path, ln), rank, exception=exc, truncated=True, stack=stack,
                             message_format="truncated")
         return None
+
+    def _tensorflow(self, text: str, ln: LogLine, rank: int | None, exc: str, m: re.Match[str]) -> OomEvent:
+        dims = [int(d) for d in re.findall(r"\d+", m.group("shape") or "")]
+        req = None
+        if dims and m.group("dtype") in TF_DTYPE_BYTES:
+            req = TF_DTYPE_BYTES[m.group("dtype")]
+            for d in dims:
+                req *= d
+        where = (m.group("where") or "") + " " + (m.group("alloc") or "")
+        host = "device:CPU" in where or " cpu" in where.lower()
+        op = TF_OP.search(text)
+        stack = Stack((Frame("tensorflow", ln.lineno, op.group("op"), text.strip()[:200]),)) if op else Stack()
+        return OomEvent(OomKind.HOST if host else OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=req,
+                        exception=exc or "ResourceExhaustedError", message_format="tensorflow", stack=stack,
+                        truncated=True)
+
+    def _tf_node(self, text: str, ln: LogLine) -> bool:
+        """The graph node a TensorFlow OOM names on the line after it: that event's frame (the node path says
+        which layer, and whether it is a gradient)."""
+        m = TF_NODE.search(text)
+        last = self.out.ooms[-1] if self.out.ooms else None
+        if m is None or last is None or last.message_format != "tensorflow" or last.ref.source != self.path \
+                or not 0 < ln.lineno - last.ref.line <= 3:
+            return False
+        import dataclasses
+
+        frames = (*last.stack.frames, Frame("tensorflow", ln.lineno, m.group("node"), text.strip()[:200]))
+        self.out.ooms[-1] = dataclasses.replace(last, stack=Stack(frames))
+        return True
 
     def _ggml(self, text: str, ln: LogLine, rank: int | None, exc: str) -> OomEvent | None:
         """A llama.cpp / ggml allocation failure; None when the line is not one.  The buffer's own line
