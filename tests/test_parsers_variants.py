@@ -429,3 +429,24 @@ def test_the_driver_apis_out_of_memory_is_a_gpu_oom():
 
     (o,) = parse_text(KEOPS).ooms
     assert o.kind is OomKind.OTHER and o.message_format == "unparsed"
+
+
+# EleutherAI/gpt-neox#1166: DeepSpeed's assertion names the setting to add; the fix is that setting
+def test_an_error_that_asks_for_a_setting_is_a_config_error_with_that_fix():
+    from pathlib import Path
+
+    import oompost
+
+    log = Path(__file__).parent / "corpus" / "EleutherAI__gpt-neox__1166" / "log.txt"
+    assert FailureKind.CONFIG_VALIDATION in kinds(log.read_text())
+    r = oompost.analyze([str(log)])
+    assert r.cause == "config_error"
+    fix = r.primary.fixes[0]
+    assert (fix.key, fix.value) == ("zero_allow_untested_optimizer", True)
+
+
+def test_an_oom_message_that_says_please_set_is_still_an_oom():
+    # the config pattern never claims a line that reads as an out-of-memory error
+    line = ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB. Please set max_split_size_mb: the "
+            "configuration file is ignored")       # arranged: an OOM line holding the config words
+    assert FailureKind.CONFIG_VALIDATION not in kinds(line)

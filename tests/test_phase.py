@@ -61,3 +61,11 @@ def test_log_lines_above_a_message_are_not_statements(line):
     ln = LogLine(2, "RuntimeError: CUDA out of memory.", "RuntimeError: CUDA out of memory.",
                  prev_raw=line.encode())
     assert not statement_before(ln).frames
+
+
+def test_ddp_building_its_gradient_buckets_is_a_model_state():
+    # https://github.com/deepspeedai/DeepSpeed/issues/4715: accelerate's prepare_model wraps the model in DDP,
+    # whose dist.Reducer allocates a 25.10 GiB bucket set (every gradient) next to 25.23 GiB of weights
+    ctx = build_context(parse_paths([str(CORPUS / "deepspeedai__DeepSpeed__4715" / "log.txt")]))
+    assert ctx.phase.phase is Phase.GRAD_PARTITION and ctx.phase.phase.is_model_state
+    assert "DDP" in ctx.phase.why

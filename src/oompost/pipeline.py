@@ -184,7 +184,7 @@ def _estimate_parts(ctx: Context) -> tuple[tuple[tuple[str, int], ...], str]:
 _PHASE_WORDS = {
     "model_init": "while building the model", "model_to_device": "while moving the model to the GPU",
     "zero_init": "during deepspeed.initialize", "optimizer_init": "while creating the optimizer state",
-    "grad_partition": "while allocating ZeRO's gradient partition", "optimizer_step": "in the optimizer step",
+    "grad_partition": "while allocating the gradient buffers (ZeRO's partition, DDP's buckets)", "optimizer_step": "in the optimizer step",
     "ds_bucket": "in a DeepSpeed bucket allocation", "zero3_gather": "in a ZeRO-3 parameter gather",
     "collective": "in a collective", "forward": "in the forward pass", "logits": "at the logits",
     "loss": "in the loss", "backward": "in the backward pass", "generation": "during generation",

@@ -91,6 +91,9 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
      "DeepSpeed optimizer step"),
     # torch.distributed
     (Phase.COLLECTIVE, "torch/distributed/distributed_c10d", None, None, "torch.distributed collective"),
+    # DDP's constructor builds its gradient buckets (a second copy of every gradient) through dist.Reducer
+    (Phase.GRAD_PARTITION, "torch/nn/parallel/distributed", r"_ddp_init_helper|^__init__$", r"Reducer\(|^\s*self\._ddp_init_helper",
+     "DDP's gradient buckets, built when the model is wrapped (a copy of every gradient)"),
     # checkpoints, host memory
     (Phase.CHECKPOINT_LOAD, None, r"load_checkpoint|_load_zero_checkpoint|load_state_dict|_load_from_state_dict", None,
      "checkpoint load"),

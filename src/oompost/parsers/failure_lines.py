@@ -107,6 +107,17 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     (FailureKind.CONFIG_VALIDATION, ("desired GPU memory utilization", "stored in KV cache"),
      re.compile(r"on startup is less than desired GPU memory utilization|"
                 r"is larger than the maximum number of tokens that can be stored in KV cache")),
+    # an exception that names a setting to change (DeepSpeed's "You are using an untested ZeRO Optimizer. Please add
+    # <"zero_allow_untested_optimizer": true> in the configuration file", "must be one of", "should be set"): the run
+    # stops on its configuration; an out-of-memory line is never this (_classify skips it)
+    (FailureKind.CONFIG_VALIDATION, ("in the configuration", "config file", "configuration file", "ds_config",
+                                     "untested ZeRO", "zero_allow_untested_optimizer", "Please add", "Please set",
+                                     "please set", "Please specify", "must be set", "must be specified",
+                                     "must be provided", "must be one of", "must be a multiple of", "should be set",
+                                     "should be one of"),
+     re.compile(r"(?:Assertion|Value|NotImplemented|Type|Key|Runtime)?(?:Error|Exception)\b.*(?:in the configuration|"
+                r"config(?:uration)? file|ds_config|untested ZeRO|zero_allow_untested_optimizer|[Pp]lease (?:add|set|"
+                r"specify)\b|must be (?:set|specified|provided|one of|a multiple of)\b|should be (?:set|one of)\b)")),
     (FailureKind.DUPLICATE_GPU, ("Duplicate GPU", "same GPU", "invalid device ordinal"),
      re.compile(r"Duplicate GPU detected|on the same GPU|invalid device ordinal")),
     (FailureKind.CONFIG_VALIDATION, ("compiled without GPU", "without GPU support", "No CUDA GPUs",
@@ -172,7 +183,7 @@ def _classify(text: str) -> tuple[bool, FailureKind | None, bool]:
     is_oom = bool(_OOM_LIT.search(text) and _ANY_OOM.search(text)) and not _ADVICE.search(text)
     for kind, sents, pat in _COMPILED:
         if sents.search(text) and (m := pat.search(text)):
-            if kind is FailureKind.PYTHON_EXCEPTION and _ANY_OOM.search(text):
+            if kind in (FailureKind.PYTHON_EXCEPTION, FailureKind.CONFIG_VALIDATION) and _ANY_OOM.search(text):
                 continue
             if "code" in pat.groupindex and m.group("code"):
                 return is_oom, _NCCL_RETURN_CODE.get(m.group("code"), FailureKind.NCCL_OTHER), True

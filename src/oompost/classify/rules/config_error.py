@@ -15,6 +15,8 @@ finds these before a job is queued.  No memory setting is involved.
 
 from __future__ import annotations
 
+import re
+
 from ...analysis.context import Context
 from ...model import ConfigIssue, FailureKind
 from ..base import Cause, Finding, Fix, NotAFix, confidence
@@ -92,6 +94,13 @@ class ConfigError:
             title, sub = 'A DeepSpeed value is still "auto"', "auto"
             fixes.append(Fix("ds_config", "train_batch_size / train_micro_batch_size_per_gpu", "an integer",
                              '"auto" is filled only by the HF Trainer / Accelerate integration'))
+        elif (m := _ASKS.search(msg)) is not None:
+            # the error says what to set ("Please add <"zero_allow_untested_optimizer": true> in the configuration
+            # file"): that is the fix, in its own words
+            value: object = {"true": True, "false": False}.get(m.group("val").lower(), m.group("val"))
+            title, sub = f"The run stops until {m.group('key')} is set", "asked_setting"
+            fixes.append(Fix("ds_config" if "config" in msg else "code", m.group("key"), value,
+                             "the error message asks for it"))
         # the line that names the cause ("Duplicate GPU detected ...") is evidence beside the error line
         cited = (f.ref,) if f.last_error_ref is None or sub != "duplicate_gpu" else (f.ref, f.last_error_ref)
         return [Finding(
@@ -101,6 +110,10 @@ class ConfigError:
                         "the run never allocated its model: nothing about memory failed"),),
             signals=tuple(signals), numbers=(("exception", f.exception or "error"), ("message", msg[:300])),
             detail=f"The first failing rank stopped with {f.exception or 'an error'}: {msg[:400]}", sub_cause=sub)]
+
+
+# "Please add <"zero_allow_untested_optimizer": true>", "please set `use_reentrant` to False", "Please set key=value"
+_ASKS = re.compile(r"[Pp]lease (?:add|set)\s+<?[\"'`]?(?P<key>[A-Za-z_][\w.]*)[\"'`]?\s*(?:[:=]|\bto\b)\s*[\"'`]?(?P<val>[\w.-]+)")
 
 
 def _fixed_value(c: ConfigIssue) -> object:
