@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1005,4 +1005,65 @@ def eleventh_set() -> list[Scenario]:
                           Run("python", "heldout_loop.py", u + ["--keep_features", "cpu"], gpu_gib=16, host_gib=24,
                               capture=False, timeout=300))],
         priority=111))
+    return s
+
+
+def twelfth_set() -> list[Scenario]:
+    """The twelfth set (2026-12-04, fourth session): what the held-out captures had least of — a fragmentation
+    run on a GQA model (Qwen2.5-0.5B, 152k vocabulary) with dynamic padding, a capacity run at a 40 GiB cap
+    (Qwen2.5-3B in fp32 with AdamW) and a vision spike (a UNet at 1024 px on a 16 GiB card); defined before it
+    ran and scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- fragmentation, Qwen2.5-0.5B dynamic padding
+    q = ["--model", "qwen2.5-0.5b", "--init_device", "cuda", "--batch_size", "4", "--seq_len", "1024",
+         "--min_seq_len", "32", "--steps", "30"]
+    s.append(Scenario(
+        "fragmentation_qwen2.5_0.5b_dynamic_padding",
+        "Plain PyTorch causal-LM fine-tune of a Qwen2.5-0.5B-shaped model (494M, GQA, 151,936-token vocabulary, "
+        "fp32 weights, bf16 autocast, AdamW) with dynamic padding (4 documents of 32-1024 tokens, each batch "
+        "padded to its longest), so every step's activations and logits have new sizes. The memory cap is set "
+        "just above what the same run needs with expandable_segments:True, which completes under it.",
+        {"cause": "fragmentation", "sub_cause": None,
+         "why": "the request fits in reserved-but-unallocated plus the rest of the allowance, but no free block "
+                "is large enough; expandable_segments:True completes the same run under the same cap"},
+        Run("python", "heldout_loop.py", q, gpu_gib=40, host_gib=8, max_entries=12000, timeout=200),
+        priority=120, fragmentation_search=True,
+        search_variants=[q, q + ["--seed", "7"], q + ["--seed", "99"]]))
+
+    # ---------------------------------------------------------------- capacity, 40 GiB A100, Qwen2.5-3B fp32 AdamW
+    c = ["--model", "qwen2.5-3b", "--model_dtype", "float32", "--init_device", "cuda", "--steps", "4",
+         "--emulate_card", "a100-40g"]
+    s.append(Scenario(
+        "capacity_qwen2.5_3b_fp32_adamw_a100_40g",
+        "Plain PyTorch loop fully fine-tuning a Qwen2.5-3B-shaped model (3.1B) in fp32 with bf16 autocast and "
+        "torch.optim.AdamW on a 40 GB A100 at 2 x 512 tokens: fp32 weights and gradients (2 x 11.5 GiB) fit, the "
+        "two AdamW moments created at the first optimizer step (another 23 GiB) cannot. The same run at "
+        "1 x 32 tokens fails too.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "3.1B parameters x 16 bytes (fp32 weights, gradients and two moments) = 46 GiB > 39.4 GiB allowed, "
+                "whatever the batch: 1 x 32 tokens fails too"},
+        Run("python", "heldout_loop.py", c + ["--batch_size", "2", "--seq_len", "512"], gpu_gib=40, host_gib=10,
+            timeout=300, max_entries=8000),
+        counterfactuals=[("1 x 32 tokens (same cap): oom too",
+                          Run("python", "heldout_loop.py", c + ["--batch_size", "1", "--seq_len", "32"],
+                              gpu_gib=40, host_gib=10, capture=False, timeout=300))],
+        priority=121))
+
+    # ---------------------------------------------------------------- activation_spike, 16 GiB A4000, UNet 1024 px
+    u = ["--model", "unet", "--batch_size", "8", "--steps", "20", "--emulate_card", "a4000"]
+    s.append(Scenario(
+        "activation_spike_unet_1024px_a4000_16g",
+        "Plain PyTorch loop training a diffusion-style UNet (43M) on a 16 GB RTX A4000 at 8 x 1024 x 1024 images: "
+        "the model states (under 1 GiB) fit, the full-resolution feature maps kept for backward do not. The same "
+        "loop at 8 x 256 x 256 completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states fit (the 256 px run completes under the same cap); the 1024 px batch's activations "
+                "do not"},
+        Run("python", "heldout_loop.py", u + ["--image_size", "1024"], gpu_gib=16, host_gib=8, timeout=240,
+            max_entries=8000),
+        counterfactuals=[("8 x 256 x 256 images (same cap)",
+                          Run("python", "heldout_loop.py", u + ["--image_size", "256"], gpu_gib=16, host_gib=8,
+                              capture=False, timeout=240))],
+        priority=122))
     return s
