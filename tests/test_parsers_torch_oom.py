@@ -257,3 +257,22 @@ def test_a_tensorflow_gradient_node_is_backward():
 
     frames = (Frame("tensorflow", 3, "training/Adam/gradients/conv2d_3/Conv2D_grad/Conv2DBackpropInput"),)
     assert classify_frames(frames, innermost_first=False).phase.value == "backward"
+
+
+# ---------------------------------------------------------------- PaddlePaddle and ONNX Runtime, from corpus threads
+
+def test_paddle_messages_without_the_allocated_clause_and_paddle_1x_enforce():
+    # https://github.com/PaddlePaddle/PaddleOCR/issues/1505: "Cannot allocate 25.002197MB memory on GPU 0, available
+    # memory is only 15.187500MB."; https://github.com/PaddlePaddle/models/issues/1078: "enforce allocating <=
+    # available failed, 7433255387 > 366608128"
+    ocr = [o for o in _corpus_ooms("PaddlePaddle__PaddleOCR__1505") if o.message_format == "paddle"]
+    assert ocr and ocr[0].requested_bytes == parse_size("25.002197MB") and ocr[0].allocated_bytes is None
+    old = [o for o in _corpus_ooms("PaddlePaddle__models__1078") if o.message_format == "paddle"]
+    assert old and (old[0].requested_bytes, old[0].free_bytes) == (7433255387, 366608128)
+
+
+def test_onnxruntime_arena_failure_names_its_node():
+    # https://github.com/microsoft/onnxruntime/issues/9939: the arena's request inside the node's status message
+    ort = [o for o in _corpus_ooms("microsoft__onnxruntime__9939") if o.message_format == "onnxruntime"]
+    assert ort and ort[0].requested_bytes == 8388608000
+    assert ort[0].stack.frames[0].name == "MatMul_92_FusedMatMulAndScale"

@@ -108,6 +108,8 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     (Phase.BACKWARD, "tensorflow", r"(?i)gradients?/|_grad\b|grad_|Grad|backprop", None, "a TensorFlow gradient op"),
     (Phase.OPTIMIZER_STEP, "tensorflow", r"(?i)adam|training/|optimizer|apply_\w+", None, "a TensorFlow optimizer op"),
     (Phase.FORWARD, "tensorflow", r"\w", None, "a TensorFlow op of the model"),
+    # ONNX Runtime: the graph node whose kernel failed (an inference graph: its ops are the forward)
+    (Phase.FORWARD, "onnxruntime", r"\w", None, "an ONNX Runtime graph node"),
     # llama.cpp / ggml: the C function that failed to allocate (parsers/torch_oom.py makes it the one frame)
     (Phase.GENERATION, "ggml", r"kv_cache|kv_self", r"kv cache", "llama.cpp's KV cache"),
     (Phase.FORWARD, "ggml", r"gallocr|graph|sched|compute|pool_malloc", None,

@@ -33,7 +33,8 @@ TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED",
             "Unable to allocate",
             "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory",
             "while trying to allocate", "memory has been allocated", "failed to allocate", "unable to allocate",
-            "OOM when allocating", "{{node ", "[[node ")
+            "OOM when allocating", "{{node ", "[[node ", "allocating <= available", "requested buffer of size",
+            "Cannot allocate")
 
 REQUEST = re.compile(rf"Tried to allocate (?:(?P<req>{_SZ})|(?P<eb>more than 1EB memory))")
 NEW_CAPACITY = re.compile(rf"GPU ?(?P<dev>\d*) has a total capac(?P<typo>i?)ty of (?P<cap>{_SZ})"
@@ -69,8 +70,14 @@ NUMPY_ALLOC = re.compile(r"Unable to allocate (?P<num>\d+(?:\.\d*)?) ?(?P<unit>[
 PY_MEMORY_ERROR = re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*_?(?:Array)?MemoryError\b(?:\s*$|:)")
 # PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
 # been allocated and available memory is only 3.625000MB."
-PADDLE = re.compile(rf"Cannot allocate (?P<req>{_SZ}) memory on GPU (?P<dev>\d+), (?P<alloc>{_SZ}) memory has been "
-                    rf"allocated and available memory is only (?P<free>{_SZ})")
+PADDLE = re.compile(rf"Cannot allocate (?P<req>{_SZ}) memory on GPU (?P<dev>\d+), (?:(?P<alloc>{_SZ}) memory has been "
+                    rf"allocated and )?available memory is only (?P<free>{_SZ})")
+# PaddlePaddle 1.x: "paddle.fluid.core.EnforceNotMet: enforce allocating <= available failed, 7433255387 > 366608128"
+PADDLE_ENFORCE = re.compile(r"enforce allocating <= available failed, (?P<req>\d+) > (?P<free>\d+)")
+# ONNX Runtime's arena: "BFCArena::AllocateRawInternal(size_t, bool) Failed to allocate memory for requested buffer of
+# size 8388608000", inside "Non-zero status code returned while running FusedMatMul node. Name:'MatMul_92_...'"
+ORT_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (?P<req>\d+)")
+ORT_NODE = re.compile(r"while running (?P<op>\w+) node\. Name:\s*'(?P<name>[^']+)'")
 # a device allocator's own figures (XLA / vLLM's cumem allocator): "... while trying to allocate 671088640 bytes
 # (free: 513736704, total: 85095874560)"
 BYTES_FREE_TOTAL = re.compile(r"while trying to allocate (?P<req>\d+) bytes \(free: (?P<free>\d+), "
@@ -261,6 +268,18 @@ class TorchOomParser:
         if CUDA_ERROR_OOM.search(text):
             return OomEvent(OomKind.CUDA_ERROR, ref(self.path, ln), rank, exception=exc,
                             message_format="CUDA error: out of memory", stack=stack)
+        m = PADDLE_ENFORCE.search(text)
+        if m:
+            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=int(m.group("req")),
+                            free_bytes=int(m.group("free")), exception=exc, message_format="paddle", stack=stack,
+                            truncated=True)
+        m = ORT_ARENA.search(text)
+        if m:
+            node = ORT_NODE.search(text)
+            if node is not None:
+                stack = Stack((Frame("onnxruntime", ln.lineno, node.group("name"), node.group("op")),))
+            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=int(m.group("req")),
+                            exception=exc, message_format="onnxruntime", stack=stack, truncated=True)
         m = PADDLE.search(text)
         if m:
             return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, int(m.group("dev")),
