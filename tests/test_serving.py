@@ -108,3 +108,11 @@ def test_a_ggml_cpu_buffer_is_host_memory(tmp_path):
     ooms = parse_paths([str(p)]).ooms
     assert [o.kind for o in ooms] == [OomKind.HOST, OomKind.HOST]
     assert ooms[0].requested_bytes == 40000000000
+
+
+def test_a_ggml_report_names_the_runtime_and_asks_for_its_own_evidence():
+    # what a user reads: the C function and the log line, not a "ggml:1" file position, and no request for a
+    # PyTorch snapshot or torch.cuda step lines that llama.cpp cannot give
+    r = _report("ggml-org__llama.cpp__9352")
+    assert "ggml_gallocr_reserve_n (llama.cpp, log line 1)" in r.primary.detail
+    assert r.primary.settle and all("oompost.record" not in s and "torch.cuda" not in s for s in r.primary.settle)

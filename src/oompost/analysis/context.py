@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..estimate.memory import Estimate, TrainSetup, estimate
 from ..estimate.models import ModelSpec, spec_from_param_count
-from ..model import Evidence, Failure, Fact, Frame, OomEvent, Snapshot
+from ..model import RUNTIME_FRAMES, Evidence, Failure, Fact, Frame, OomEvent, Snapshot
 from .phase import Phase, PhaseMatch, classify_frames, user_location
 from .ranks import RankRow, first_failing_rank, rank_table
 from .setup import RunSetup, build_setup
@@ -306,6 +306,7 @@ def build_context(ev: Evidence) -> Context:
             kept = retention(snap)
         except Exception as e:  # a malformed trace must not stop the analysis
             notes.append(f"retention analysis unavailable: {type(e).__name__}: {e}")
-    location = f"{loc.filename}:{loc.line} in {loc.name}" if loc else ""
+    location = (f"{loc.name} ({RUNTIME_FRAMES[loc.filename]}, log line {loc.line})" if loc and loc.filename in RUNTIME_FRAMES
+                else f"{loc.filename}:{loc.line} in {loc.name}" if loc else "")
     return Context(ev, setup, ranks, first, oom, limit, limit_source, phase, location, steps, snap, metrics, cfs,
                    spec, ts, est, est_min, tuple(notes), kept)

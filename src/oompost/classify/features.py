@@ -170,6 +170,12 @@ def missing_evidence(ctx: "Context", cause: Cause | None = None) -> list[str]:
     lines tell a leak from a spike: they settle nothing for a set-up, host or NCCL verdict."""
     memory_cause = cause not in (Cause.CONFIG_ERROR, Cause.HOST_OOM, Cause.NCCL_ERROR)
     out = []
+    runtime = ctx.oom.message_format if ctx.oom is not None else ""
+    if runtime == "ggml":            # llama.cpp: no PyTorch allocator, no training steps
+        return ["llama.cpp's start-up lines (the model, KV cache and compute buffer sizes it prints per device)"]
+    if runtime in ("tensorflow", "onnxruntime"):
+        return [f"{'TensorFlow' if runtime == 'tensorflow' else 'ONNX Runtime'}'s allocator summary printed with "
+                "the OOM (in use, limit, largest free chunk)"]
     if ctx.snapshot is None and ctx.oom is not None:
         out.append("a memory snapshot of the OOM (python -m oompost.record -o DIR -- train.py ...)")
     if not ctx.setup.ds_config and ctx.setup.deepspeed:
