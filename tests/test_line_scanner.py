@@ -116,3 +116,19 @@ def test_scanner_yields_what_testing_every_line_gives(seed, tmp_path, monkeypatc
     n_want = _reference(data, want)
     assert got.events == want.events
     assert n_got == n_want
+
+
+def test_a_shape_pattern_offers_whole_shapes_until_its_consumer_drops_it(tmp_path):
+    # bare-number lines hold no literal: consumer 0 asks for them by shape, reads three, then drops the pattern
+    import re
+
+    p = tmp_path / "log"
+    p.write_text("a 1\n239657472\nx\n467977216\n694494720 1.5\n923125760\n1150851584\nalloc 5\n")
+    sc = LineScanner(str(p), [("zzz",), ("alloc",)], shapes=[re.compile(rb"[ \t]*0+(?:\.0+)?(?:[ \t]+0+(?:\.0+)?)*"),
+                                                              None])
+    got = []
+    for n, raw, _prev, mask in sc:
+        got.append((n, mask))
+        if mask & 1 and len(got) == 3:
+            sc.drop_shape(0)
+    assert got == [(2, 1), (4, 1), (5, 1), (8, 2)]

@@ -357,6 +357,13 @@ class LineScanner:
         self._groups[i] = tuple(sentinels)
         self._compile()
 
+    def drop_shape(self, i: int) -> None:
+        """Consumer ``i`` no longer wants the lines its shape pattern let through (it has read enough of them)."""
+        bit = 1 << i
+        if any(b == bit for _, b in self._shape_tests):
+            self._shape_tests = tuple(t for t in self._shape_tests if t[1] != bit)
+            self._compile()
+
     def direct(self, i: int, classify: Callable[[bytes], object],
                take: Callable[[list[tuple[int, bytes, bytes, Any]]], None]) -> None:
         """Lines that only consumer ``i`` wants, while no multi-line construct is open, and

@@ -84,6 +84,8 @@ def _parse_text(path: str, kind: InputKind, out: EvidenceBuilder, sniff_note: st
     for i, p in enumerate(parsers):
         if hasattr(p, "on_narrow"):
             p.on_narrow = lambda sentinels, i=i: scanner.set_group(i, sentinels)
+        if getattr(p, "SHAPE", None) is not None:
+            p.on_shape_done = lambda i=i: scanner.drop_shape(i)
     on_close = [p for p in parsers if p.TRIGGER is None]
     indexed = [(1 << i, p) for i, p in enumerate(parsers) if p.TRIGGER is not None]
     from .steps import StepParser

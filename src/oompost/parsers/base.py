@@ -133,6 +133,10 @@ def _ignore(sentinels: tuple[str, ...]) -> None:
     pass
 
 
+def _nothing() -> None:
+    pass
+
+
 class SentinelParser:
     """A single-line parser fed only the lines holding one of its ``SENTINELS`` (literal substrings),
     and the lines whose shape (digits as ``0``) matches ``SHAPE`` whole, when it has one."""
@@ -147,6 +151,7 @@ class SentinelParser:
         self.out = out
         self.rank_hint = rank_hint
         self.on_narrow: Callable[[tuple[str, ...]], None] = _ignore
+        self.on_shape_done: Callable[[], None] = _nothing        # stop offering the lines SHAPE let through
         self.setup()
 
     def narrow(self, sentinels: tuple[str, ...]) -> None:

@@ -159,6 +159,7 @@ BARE_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 BARE_MIN = 100_000
 BARE_MIN_READINGS = 4
 BARE_MIN_GROWTH = 1.2
+BARE_LINES_READ = 4096
 
 
 _ASCII_DIGIT = re.compile(r"[0-9]").search
@@ -209,6 +210,7 @@ class CueParser(SentinelParser):
         self._series: dict[str, list[float]] = {}
         self._series_ln: dict[str, LogLine] = {}       # a series' first line
         self._series_last: dict[str, LogLine] = {}     # and its last
+        self._bare_lines = 0
         self._model: tuple[int, LogLine] | None = None
         self._progress: tuple[int, int, LogLine | None] = (0, 0, None)
         self._pending = dict.fromkeys(CUES)
@@ -229,6 +231,11 @@ class CueParser(SentinelParser):
             self._series_last[key] = ln
 
     def _bare(self, text: str, ln: LogLine) -> None:
+        # a few thousand bare lines say whether a figure rises; a log of nothing but numbers must not be
+        # offered line by line to the end (the scanner then skips such lines at C speed again)
+        self._bare_lines += 1
+        if self._bare_lines >= BARE_LINES_READ:
+            self.on_shape_done()
         nums = BARE_NUMBER.findall(text)
         if "." not in nums[0] and float(nums[0]) < BARE_MIN:
             return
