@@ -276,3 +276,13 @@ def test_onnxruntime_arena_failure_names_its_node():
     ort = [o for o in _corpus_ooms("microsoft__onnxruntime__9939") if o.message_format == "onnxruntime"]
     assert ort and ort[0].requested_bytes == 8388608000
     assert ort[0].stack.frames[0].name == "MatMul_92_FusedMatMulAndScale"
+
+
+def test_a_cuda_extensions_bad_alloc_is_the_gpus_not_the_hosts():
+    # https://github.com/graphdeco-inria/gaussian-splatting/issues/740: the simple-knn extension's thrust allocation
+    # surfaces as "MemoryError: std::bad_alloc: cudaErrorMemoryAllocation: out of memory"
+    ooms = _corpus_ooms("graphdeco-inria__gaussian-splatting__740")
+    assert ooms and all(o.kind is not OomKind.HOST for o in ooms)
+    from oompost.parsers import parse_text
+
+    assert parse_text("MemoryError\n").ooms[0].kind is OomKind.HOST          # a bare MemoryError stays the host's

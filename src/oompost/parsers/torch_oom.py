@@ -67,6 +67,7 @@ MPS_FIGURES = re.compile(rf"MPS allocated: (?P<alloc>{_SZ}), other allocations: 
 # host memory through Python / numpy: "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 26.3 GiB for an
 # array with shape (1000000, 1, 4, 84, 84) and data type uint8", or a bare "MemoryError" (exactly that class)
 NUMPY_ALLOC = re.compile(r"Unable to allocate (?P<num>\d+(?:\.\d*)?) ?(?P<unit>[KMGTPE]i?B) for an array with shape")
+_GPU_WORDS = re.compile(r"cuda|CUDA|GPU|HIP|hipError|device memory")
 PY_MEMORY_ERROR = re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*_?(?:Array)?MemoryError\b(?:\s*$|:)")
 # PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
 # been allocated and available memory is only 3.625000MB."
@@ -298,8 +299,11 @@ class TorchOomParser:
                             requested_bytes=parse_size_or_none(f"{float(m.group('num'))} {m.group('unit')}"),
                             exception=exc or "MemoryError", message_format="numpy", stack=stack)
         if PY_MEMORY_ERROR.match(text):
-            return OomEvent(OomKind.HOST, ref(self.path, ln), rank, None, exception=exc or "MemoryError",
-                            message_format="MemoryError", stack=stack, truncated=True)
+            # a CUDA extension's std::bad_alloc surfaces as MemoryError too ("MemoryError: std::bad_alloc:
+            # cudaErrorMemoryAllocation: out of memory"): that one is the GPU's
+            gpu = _GPU_WORDS.search(text) is not None
+            return OomEvent(OomKind.OTHER if gpu else OomKind.HOST, ref(self.path, ln), rank, None,
+                            exception=exc or "MemoryError", message_format="MemoryError", stack=stack, truncated=True)
         if "CUDA out of memory" in text or "HIP out of memory" in text:
             # e.g. a message cut before "Tried to allocate"
             kind = OomKind.HIP if "HIP" in text else OomKind.CACHING_ALLOCATOR

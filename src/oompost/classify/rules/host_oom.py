@@ -113,7 +113,9 @@ class HostOom:
         if workers and sub != "shm":
             fixes.append(Fix("trainer_arg", "dataloader_num_workers", 2,
                              "each worker holds its own copy of the dataset object and its prefetched batches"))
-        if ctx.setup.deepspeed or (not ray and not pinned and not workers):
+        loading = ctx.phase.phase in (Phase.MODEL_INIT, Phase.CHECKPOINT_LOAD) or \
+            ctx.evidence.fact("cue.model_loading") is not None
+        if ctx.setup.deepspeed or (loading and not ray and not pinned and not workers):
             fixes.append(Fix("code", "deepspeed.zero.Init", "build the model under zero.Init",
                              "otherwise every local rank materialises a full CPU copy of the model"))
         if not fixes:
