@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..model import SourceRef
 from .base import Cause, Finding, Fix, NotAFix
+from .rules._common import GGML_FIXES
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analysis.context import Context
@@ -129,6 +130,7 @@ def _growth(ctx: "Context") -> "tuple[str, tuple[SourceRef, ...]] | None":
     if n is None or span is None:
         return None
     first, last = span.value
+
     def num(x: float) -> str:
         return f"{x:,.0f}" if x >= 1000 else f"{x:.4g}"
 
@@ -148,8 +150,6 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
     sub = None
     fixes = _FIXES.get(cause, ())
     if ctx.is_ggml and cause in (Cause.ACTIVATION_SPIKE, Cause.CAPACITY, Cause.FRAGMENTATION):
-        from .rules._common import GGML_FIXES
-
         fixes = GGML_FIXES
     elif cause is Cause.ACTIVATION_SPIKE and (ctx.phase.phase.value == "generation"
                                             or ctx.evidence.fact("cue.serving") is not None):

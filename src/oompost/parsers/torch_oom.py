@@ -20,6 +20,7 @@ Clauses are matched one by one, so their order and presence may vary.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from ..model import LOST_FRAME, Frame, OomEvent, OomKind, Stack
@@ -208,8 +209,6 @@ class TorchOomParser:
             return False
         joined = so_far + sep + text
         if event is not None and event.requested_bytes == old.requested_bytes:
-            import dataclasses
-
             # the quoted evidence is the whole message, its continuation lines joined (still cited at its first line)
             quoted = ref(self.path, ln, old.ref.text + sep + ln.raw.strip())
             self.out.ooms[idx] = dataclasses.replace(
@@ -330,15 +329,21 @@ class TorchOomParser:
         """The graph node a TensorFlow OOM names on the line after it: that event's frame (the node path says
         which layer, and whether it is a gradient)."""
         m = TF_NODE.search(text)
-        last = self.out.ooms[-1] if self.out.ooms else None
-        if m is None or last is None or last.message_format != "tensorflow" or last.ref.source != self.path \
-                or not 0 < ln.lineno - last.ref.line <= 3:
+        last = self._just_before(ln, "tensorflow")
+        if m is None or last is None:
             return False
-        import dataclasses
-
         frames = (*last.stack.frames, Frame("tensorflow", ln.lineno, m.group("node"), text.strip()[:200]))
         self.out.ooms[-1] = dataclasses.replace(last, stack=Stack(frames))
         return True
+
+    def _just_before(self, ln: LogLine, fmt: str) -> OomEvent | None:
+        """The last OOM read, when it is another runtime's (``fmt``) message a few lines above ``ln`` in this
+        file: the lines after such a message complete it (its graph node, the buffer it was for)."""
+        last = self.out.ooms[-1] if self.out.ooms else None
+        if last is None or last.message_format != fmt or last.ref.source != self.path \
+                or not 0 < ln.lineno - last.ref.line <= 3:
+            return None
+        return last
 
     def _ggml(self, text: str, ln: LogLine, rank: int | None, exc: str) -> OomEvent | None:
         """A llama.cpp / ggml allocation failure; None when the line is not one.  The buffer's own line
@@ -355,12 +360,9 @@ class TorchOomParser:
         stack = Stack((Frame("ggml", ln.lineno, m.group("func"), text.strip()[:200]),))
         event = OomEvent(kind, ref(self.path, ln), rank, requested_bytes=req, exception=exc, message_format="ggml",
                          stack=stack, truncated=True)
-        last = self.out.ooms[-1] if self.out.ooms else None
-        if (last is not None and last.message_format == "ggml" and last.ref.source == self.path and req is not None
-                and last.requested_bytes is not None and abs(last.requested_bytes - req) <= 2**20
-                and 0 < ln.lineno - last.ref.line <= 3):
-            import dataclasses
-
+        last = self._just_before(ln, "ggml")
+        if last is not None and req is not None and last.requested_bytes is not None \
+                and abs(last.requested_bytes - req) <= 2**20:
             self.out.ooms[-1] = dataclasses.replace(last, stack=stack, kind=kind)
             return None
         return event
