@@ -92,7 +92,7 @@ def test_two_bare_columns_are_read_by_their_first():
     assert ev.fact("cue.memory_growing_range").value[0] == 450.22900390625
 
 
-def test_notebook_line_numbers_are_not_a_memory_series(tmp_path):
+def test_notebook_line_numbers_are_not_a_memory_series():
     # DNABERT_2#134: IPython's source listing prints bare line numbers ("   3006 ") inside the traceback;
     # small whole numbers are line numbers, counters or ids, never memory figures
     ev = parse_paths([str(CORPUS / "MAGICS-LAB__DNABERT_2__134" / "log.txt")])
