@@ -116,6 +116,7 @@ def main() -> int:
     p.add_argument("--long_doc_len", type=int, default=512)
     p.add_argument("--truncate", type=int, default=None, help="truncate documents to this many tokens")
     p.add_argument("--gradient_checkpointing", action="store_true")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (inductor), as recipes do")
     p.add_argument("--init_device", default="cpu", choices=["cpu", "cuda"],
                    help="where the model is built (cpu: from_config in fp32 on the host, then .to('cuda'))")
     p.add_argument("--model_dtype", default=None, choices=["float32", "bfloat16"],
@@ -185,6 +186,9 @@ def main() -> int:
         if args.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
+    if args.compile:
+        model = torch.compile(model)
+        print("model compiled with torch.compile (inductor)", flush=True)
     nparams = sum(q.numel() for q in model.parameters())
     print(f"{args.model}: {nparams / 1e6:.1f}M params, batch_size={args.batch_size}", flush=True)
 

@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1066,4 +1066,52 @@ def twelfth_set() -> list[Scenario]:
                           Run("python", "heldout_loop.py", u + ["--image_size", "256"], gpu_gib=16, host_gib=8,
                               capture=False, timeout=240))],
         priority=122))
+    return s
+
+
+def thirteenth_set() -> list[Scenario]:
+    """The thirteenth set (2026-12-04, fifth session): torch.compile, which no capture used before — the
+    failing allocation sits in an inductor-generated ``call`` function (``buf3 = empty_strided_cuda(...)``)
+    instead of a module's forward, and the backward runs as AOTAutograd's compiled function.  A spike in a
+    compiled forward (one long document) and a capacity run whose OOM comes in the compiled backward; defined
+    before it ran and scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- activation_spike, compiled Qwen2.5-0.5B
+    q = ["--model", "qwen2.5-0.5b", "--init_device", "cuda", "--compile", "--batch_size", "8", "--seq_len", "256",
+         "--min_seq_len", "128", "--long_doc_step", "6", "--long_doc_len", "4096", "--steps", "10",
+         "--emulate_card", "rtx4080"]
+    s.append(Scenario(
+        "activation_spike_qwen2.5_0.5b_compiled_long_doc_4080_16g",
+        "Plain PyTorch causal-LM fine-tune of a Qwen2.5-0.5B-shaped model (494M, fp32 weights, bf16 autocast, "
+        "AdamW) wrapped in torch.compile, on a 16 GB RTX 4080 with dynamic padding: ordinary batches are 8 x "
+        "128-256 tokens; at step 6 one 4,096-token document pads the batch to 8 x 4096 and the 151,936-token "
+        "logits no longer fit. The same compiled run with documents truncated to 256 tokens completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states (494M x 16 bytes = 7.4 GiB) fit and five steps ran; the 8 x 4096 batch's "
+                "activations and logits do not (truncating to 256 tokens completes under the same cap)"},
+        Run("python", "heldout_loop.py", q, gpu_gib=16, host_gib=10, timeout=420, max_entries=12000),
+        counterfactuals=[("documents truncated to 256 tokens (same cap, compiled)",
+                          Run("python", "heldout_loop.py", q + ["--truncate", "256"], gpu_gib=16, host_gib=10,
+                              capture=False, timeout=420))],
+        priority=130))
+
+    # ---------------------------------------------------------------- capacity, compiled Qwen2.5-3B fp32, 24 GiB
+    c = ["--model", "qwen2.5-3b", "--model_dtype", "float32", "--init_device", "cuda", "--compile", "--steps", "4",
+         "--emulate_card", "rtx4090"]
+    s.append(Scenario(
+        "capacity_qwen2.5_3b_compiled_fp32_backward_4090_24g",
+        "Plain PyTorch loop fully fine-tuning a Qwen2.5-3B-shaped model (3.1B) built in fp32, wrapped in "
+        "torch.compile, with bf16 autocast and AdamW on a 24 GB RTX 4090 at 2 x 512 tokens: the fp32 weights "
+        "(11.5 GiB) fit, the fp32 gradients the compiled backward creates (another 11.5 GiB) do not, before the "
+        "optimizer ever adds its moments. The same run at 1 x 32 tokens fails too.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "3.1B parameters x 16 bytes (fp32 weights, gradients and two AdamW moments) = 46 GiB > 23.65 GiB "
+                "allowed, whatever the batch: 1 x 32 tokens fails too"},
+        Run("python", "heldout_loop.py", c + ["--batch_size", "2", "--seq_len", "512"], gpu_gib=24, host_gib=12,
+            timeout=420, max_entries=8000),
+        counterfactuals=[("1 x 32 tokens (same cap, compiled): oom too",
+                          Run("python", "heldout_loop.py", c + ["--batch_size", "1", "--seq_len", "32"],
+                              gpu_gib=24, host_gib=12, capture=False, timeout=420))],
+        priority=131))
     return s
