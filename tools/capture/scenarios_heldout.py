@@ -1088,14 +1088,21 @@ def thirteenth_set() -> list[Scenario]:
         "Plain PyTorch causal-LM fine-tune of a Qwen2.5-0.5B-shaped model (494M, fp32 weights, bf16 autocast, "
         "AdamW) wrapped in torch.compile, on a 16 GB RTX 4080: ordinary batches are 8 x "
         "256 tokens; at step 4 one 4,096-token document pads the batch to 8 x 4096 and the 151,936-token "
-        "logits no longer fit. The same compiled run with documents truncated to 256 tokens completes.",
+        "logits no longer fit. The same compiled run with documents truncated to 256 tokens completes; with "
+        "expandable_segments:True it fails the same way.",
         {"cause": "activation_spike", "sub_cause": None,
          "why": "model states (494M x 16 bytes = 7.4 GiB) fit and three steps ran; the 8 x 4096 batch's "
-                "activations and logits do not (truncating to 256 tokens completes under the same cap)"},
+                "activations and logits do not (truncating to 256 tokens completes under the same cap, and "
+                "expandable_segments:True does not: not fragmentation)"},
         Run("python", "heldout_loop.py", q, gpu_gib=16, host_gib=10, timeout=420, max_entries=12000),
         counterfactuals=[("documents truncated to 256 tokens (same cap, compiled)",
                           Run("python", "heldout_loop.py", q + ["--truncate", "256"], gpu_gib=16, host_gib=10,
-                              capture=False, timeout=420))],
+                              capture=False, timeout=420)),
+                         # added after the second run, whose replay served the failing request with expandable
+                         # segments: only a whole run under them tells a spike from fragmentation
+                         ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (same cap, compiled)",
+                          Run("python", "heldout_loop.py", q, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+                              gpu_gib=16, host_gib=10, capture=False, timeout=420))],
         priority=130))
 
     # ---------------------------------------------------------------- capacity, compiled Qwen2.5-3B fp32, 24 GiB
