@@ -25,6 +25,7 @@ from .steps import StepPoint, step_series
 
 if TYPE_CHECKING:  # pragma: no cover - numpy stays out of the CLI's start-up
     from .retention import Retention
+    from .snapshot_states import SnapshotStates
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Context:
     estimate_min: Estimate | None = None           # micro-batch 1, full recompute
     notes: tuple[str, ...] = field(default_factory=tuple)
     retention: "Retention | None" = None           # kept across steps or batches (a snapshot's live blocks)
+    snapshot_states: "SnapshotStates | None" = None  # weights, gradients, optimizer state live at the OOM
 
     # ---- convenience for rules
     def failures_of(self, *kinds: Any) -> tuple[Failure, ...]:
@@ -306,7 +308,15 @@ def build_context(ev: Evidence) -> Context:
             kept = retention(snap)
         except Exception as e:  # a malformed trace must not stop the analysis
             notes.append(f"retention analysis unavailable: {type(e).__name__}: {e}")
+    states = None
+    if snap is not None:
+        try:
+            from .snapshot_states import snapshot_states
+
+            states = snapshot_states(snap)
+        except Exception as e:  # a malformed snapshot must not stop the analysis
+            notes.append(f"model-state accounting unavailable: {type(e).__name__}: {e}")
     location = (f"{loc.name} ({RUNTIME_FRAMES[loc.filename]}, log line {loc.line})" if loc and loc.filename in RUNTIME_FRAMES
                 else f"{loc.filename}:{loc.line} in {loc.name}" if loc else "")
     return Context(ev, setup, ranks, first, oom, limit, limit_source, phase, location, steps, snap, metrics, cfs,
-                   spec, ts, est, est_min, tuple(notes), kept)
+                   spec, ts, est, est_min, tuple(notes), kept, states)

@@ -135,6 +135,8 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     (Phase.BACKWARD, None, r"^backward$", r"\.backward\(", "backward"),
     # whole-module moves and model construction
     (Phase.MODEL_TO_DEVICE, "torch/nn/modules/module.py", r"^(?:to|cuda|_apply)$", None, "module.to / .cuda()"),
+    (Phase.MODEL_INIT, "torch/nn/modules/", r"^(?:__init__|reset_parameters)$", None,
+     "a module's parameters created (nn.Module __init__)"),
     (Phase.MODEL_INIT, "transformers/modeling_utils", r"from_pretrained|_load_pretrained_model|from_config|"
      r"_from_config|post_init|_init_weights|init_weights", None, "model construction"),
     # the user's own code lines, as tracebacks quote them

@@ -6,8 +6,8 @@ input that shows memory rising, and a step series that stays flat up to the OOM
 rules it out; an allocation that concatenates outputs kept from every earlier
 batch, or live blocks kept from every earlier step (a snapshot's LEAK003), make
 a leak that DESIGN.md's order puts before fragmentation and a step's
-activations; model states that alone exceed the limit make the run's capacity
-the cause (DESIGN.md's order puts it before the causes of a step).
+activations; model states that alone exceed the limit (by the memory model, or
+measured in a snapshot's live blocks) make the run's capacity the cause (DESIGN.md's order puts it before the causes of a step).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def impossible_causes(ctx: Context) -> frozenset[Cause]:
         # the failing allocation concatenates outputs kept from every earlier batch (LEAK002): the leak holds,
         # and DESIGN.md's order puts it before fragmentation and the causes of a step
         out |= {Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE}
-    if _states_alone_exceed_the_limit(ctx):
+    if _states_alone_exceed_the_limit(ctx) or _snapshot_states_fill_the_limit(ctx):
         # capacity proven by arithmetic holds, and DESIGN.md's order puts it before the causes of a step
         out |= {Cause.LEAK, Cause.COMM_BUFFER, Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE}
     return frozenset(out)
@@ -64,6 +64,16 @@ def _states_alone_exceed_the_limit(ctx: Context) -> bool:
     if not _training(ctx):
         return False
     return e.model_states_bytes > 1.1 * L
+
+
+def _snapshot_states_fill_the_limit(ctx: Context) -> bool:
+    """A training step whose snapshot shows the model states filling the limit by themselves: weights built
+    by the model's construction or loading, a gradient of each (every weight is trained) and the optimizer
+    state already allocated take ≥ 97 % of it, so no micro-batch's activations can fit beside them."""
+    ss, L = ctx.snapshot_states, ctx.limit_bytes
+    if ss is None or not L or not ss.trains_all_weights or ss.weights_bytes < 0.3 * L or not _training(ctx):
+        return False
+    return ss.floor_bytes >= 0.97 * L
 
 
 # frames only a training step runs: the HF Trainer's step, autograd's engine, a checkpoint's recomputation

@@ -61,6 +61,18 @@ class Capacity:
                 if not startup_phase or completed:
                     return []
                 signals.append(("the memory model says the smallest run fits", -0.2))
+        ss = ctx.snapshot_states if e is None else None
+        if ss is not None and ss.weights_bytes >= 0.15 * L:
+            numbers += [("weights (the snapshot's model-building allocations)", b(ss.weights_bytes)),
+                        ("gradients of those weights live at the OOM", b(ss.grad_bytes)),
+                        ("optimizer state live at the OOM", b(ss.optimizer_bytes))]
+            trained = "the weights and a gradient of each" if ss.trains_all_weights else "the weights"
+            if ss.floor_bytes >= 0.97 * L:
+                signals.append((f"{trained}{' plus the optimizer state' if ss.optimizer_bytes else ''} take "
+                                f"{b(ss.floor_bytes)} of {b(L)}: no batch size fits (snapshot)", 0.55))
+            elif ss.with_adam_bytes > 1.03 * L:
+                signals.append((f"with Adam's two moments of every trained weight the states need "
+                                f"{b(ss.with_adam_bytes)} > {b(L)} (snapshot)", 0.3))
         if startup_phase and not completed:
             signals.append((f"the OOM is in a model-state phase ({ctx.phase.why}) before any step completed",
                             0.25 if e is not None else 0.45))
@@ -97,6 +109,14 @@ class Capacity:
             detail += (f"The weights, gradients and optimizer states this run keeps on the GPU take "
                        f"{b(e.model_states_bytes)}; the smallest possible batch still needs "
                        f"{b(e.predicted_peak_bytes)}. No batch size or allocator setting makes this fit.")
+        elif ss is not None and any("(snapshot)" in w for w, _ in signals):
+            detail += (f"The snapshot's live blocks hold {b(ss.weights_bytes)} of weights (allocated where the model "
+                       f"was built, loaded or moved to the GPU), {b(ss.grad_bytes)} of gradients (blocks of a "
+                       f"weight's exact size) and {b(ss.optimizer_bytes)} of optimizer state. "
+                       + ("Every weight is trained, so each needs a gradient of its size"
+                          + (" and Adam two moments more" if ss.floor_bytes < 0.97 * L else "")
+                          if ss.trains_all_weights else "No gradients are kept for these weights")
+                       + ": no batch size or allocator setting makes this fit.")
         elif startup_phase and not completed:
             detail += "The failing allocation builds model states, before any training step ran."
         else:
@@ -109,7 +129,7 @@ class Capacity:
                                "the memory is needed, not fragmented (PyTorch prints this hint on every OOM)"),
                        NotAFix("torch.cuda.empty_cache()", "nothing is cached that could be returned"),
                        *((NotAFix("a smaller micro-batch or gradient accumulation", "model states do not shrink with it"),)
-                         if e is not None or (startup_phase and not completed) else ()),
+                         if e is not None or ss is not None or (startup_phase and not completed) else ()),
                        *((NotAFix("offload_param at ZeRO stage < 3", "DeepSpeed ignores it below stage 3"),)
                          if ctx.setup.offload_param != "none" and ctx.setup.get("zero_stage") in (1, 2) else ())),
             signals=tuple(signals), numbers=tuple(numbers), detail=detail)]
