@@ -476,3 +476,19 @@ def test_the_nccl_verdict_cites_the_warning():
     assert r.cause == "nccl_error"
     assert "cannot be captured in a graph" in r.primary.detail
     assert [e.line for e in r.primary.evidence] == [2, 1]
+
+
+def test_a_vendor_nccls_warn_return_chain_and_horovods_failed_call_are_nccl_failures():
+    # https://github.com/OpenRLHF/OpenRLHF/issues/795 (Alibaba's ACCL, under Ray's actor prefix) and
+    # https://github.com/horovod/horovod/issues/108 ("ncclCommInitRank failed: unhandled cuda error")
+    ev = parse_text("(ActorModelRayActor pid=16101) [dlc1f0bnd3uip696-master-0][16101:16101][0][init.cc:2103] "
+                    "NCCL WARN init.cc:2103 -> 3\n")
+    assert any(f.kind.value.startswith("nccl_") for f in ev.failures)
+    ev = parse_text("UnknownError (see above for traceback): ncclCommInitRank failed: unhandled cuda error\n")
+    assert kinds(ev, K.NCCL_OTHER)
+
+
+def test_a_torch_without_nccl_is_a_setup_error():
+    # https://github.com/open-mmlab/mmsegmentation/issues/1787 (the NCCL backend on Windows)
+    ev = parse_text("RuntimeError: Distributed package doesn't have NCCL built in\n")
+    assert kinds(ev, K.CONFIG_VALIDATION) and not kinds(ev, K.NCCL_SYSTEM)

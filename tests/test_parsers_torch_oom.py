@@ -286,3 +286,28 @@ def test_a_cuda_extensions_bad_alloc_is_the_gpus_not_the_hosts():
     from oompost.parsers import parse_text
 
     assert parse_text("MemoryError\n").ooms[0].kind is OomKind.HOST          # a bare MemoryError stays the host's
+
+
+def test_tensorrt_builder_oom_is_one_event_with_the_warnings_size():
+    # https://github.com/NVIDIA/TensorRT-LLM/issues/772: two "Error Code 2: OutOfMemory" lines, then "Requested
+    # amount of GPU memory (20572012544 bytes) could not be allocated": one failure, of that size, in the builder
+    trt = [o for o in _corpus_ooms("NVIDIA__TensorRT-LLM__772") if o.message_format == "tensorrt"]
+    assert len(trt) == 1 and trt[0].requested_bytes == 20572012544
+    assert trt[0].stack.frames[0].name == "virtualMemoryBuffer.cpp::resizePhysical"
+    from oompost.analysis.phase import classify_frames
+
+    assert classify_frames(trt[0].stack.frames, innermost_first=False).phase.value == "model_init"
+    # TensorRT 7's wording (https://github.com/linghu8812/tensorrt_inference/issues/155), printed twice
+    old = [o for o in _corpus_ooms("linghu8812__tensorrt_inference__155") if o.message_format == "tensorrt"]
+    assert len(old) == 1 and old[0].stack.frames[0].name == "safeRuntime::allocate"
+
+
+def test_a_tensorrt_oom_gets_the_runtimes_knobs_not_a_trainers():
+    from pathlib import Path
+
+    import oompost
+
+    r = oompost.analyze([str(Path(__file__).parent / "corpus" / "NVIDIA__TensorRT-LLM__1609" / "log.txt")])
+    assert r.cause != "unknown"
+    keys = " ".join(f"{f.fix.key} {f.fix.value}" for f in r.fixes)
+    assert "gradient_checkpointing" not in keys and "per_device_train_batch_size" not in keys

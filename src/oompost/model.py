@@ -40,7 +40,8 @@ class SourceRef:
 LOST_FRAME = "(frame header not in the input)"
 # frames another runtime's OOM names instead of a Python traceback (parsers/torch_oom.py): the frame's filename is
 # the runtime's key, its name the C function, op or graph node that failed, its line the log line
-RUNTIME_FRAMES = {"ggml": "llama.cpp", "tensorflow": "TensorFlow", "onnxruntime": "ONNX Runtime"}
+RUNTIME_FRAMES = {"ggml": "llama.cpp", "tensorflow": "TensorFlow", "onnxruntime": "ONNX Runtime",
+                  "tensorrt": "TensorRT"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,10 +66,12 @@ class Context:
         return ev.fact("launcher.killed_pid")
 
     @property
-    def is_ggml(self) -> bool:
-        """The failure is llama.cpp / ggml's (llama-cpp-python, ollama): its knobs are the context size, the
-        batch sizes and the layers offloaded, not a trainer's arguments."""
-        return self.oom is not None and self.oom.message_format == "ggml"
+    def own_runtime(self) -> str:
+        """The inference runtime whose own allocator failed ("ggml": llama.cpp, llama-cpp-python, ollama;
+        "tensorrt": TensorRT / TensorRT-LLM), else "": its knobs are its own (context size, layers offloaded;
+        the builder's profiles and workspace), not a trainer's arguments."""
+        fmt = self.oom.message_format if self.oom is not None else ""
+        return fmt if fmt in ("ggml", "tensorrt") else ""
 
     @property
     def is_serving(self) -> bool:

@@ -110,6 +110,10 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     (Phase.FORWARD, "tensorflow", r"\w", None, "a TensorFlow op of the model"),
     # ONNX Runtime: the graph node whose kernel failed (an inference graph: its ops are the forward)
     (Phase.FORWARD, "onnxruntime", r"\w", None, "an ONNX Runtime graph node"),
+    # TensorRT's builder holds the weights and sizes tactic workspaces on the GPU (virtualMemoryBuffer,
+    # TensorRT 7's safeRuntime allocate): failing there is building the engine, before any inference
+    (Phase.MODEL_INIT, "tensorrt", r"resizePhysical|virtualMemoryBuffer|safeRuntime", None,
+     "TensorRT building the engine (weights and tactic workspace)"),
     # llama.cpp / ggml: the C function that failed to allocate (parsers/torch_oom.py makes it the one frame)
     (Phase.GENERATION, "ggml", r"kv_cache|kv_self", r"kv cache", "llama.cpp's KV cache"),
     (Phase.FORWARD, "ggml", r"gallocr|graph|sched|compute|pool_malloc", None,

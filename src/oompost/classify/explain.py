@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..model import SourceRef
 from .base import Cause, Finding, Fix, NotAFix
-from .rules._common import GGML_FIXES
+from .rules._common import RUNTIME_FIXES
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analysis.context import Context
@@ -149,8 +149,8 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
     refs += [e.ref for e in ctx.evidence.exits[:2]]
     sub = None
     fixes = _FIXES.get(cause, ())
-    if ctx.is_ggml and cause in (Cause.ACTIVATION_SPIKE, Cause.CAPACITY, Cause.FRAGMENTATION):
-        fixes = GGML_FIXES
+    if ctx.own_runtime and cause in (Cause.ACTIVATION_SPIKE, Cause.CAPACITY, Cause.FRAGMENTATION):
+        fixes = RUNTIME_FIXES[ctx.own_runtime]
     elif cause is Cause.ACTIVATION_SPIKE and (ctx.phase.phase.value == "generation"
                                             or ctx.evidence.fact("cue.serving") is not None):
         sub, fixes = "kv_cache", _KV_FIXES + (() if ctx.is_serving else fixes[:1])
@@ -168,6 +168,6 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
         detail += f" The failing allocation is in {ctx.phase.phase.value}"
         detail += f" ({ctx.phase.why})." if ctx.phase.why else "."
     return Finding("VERDICT", cause, _TITLES.get(cause, cause.value), v.probability, evidence=tuple(refs[:5]),
-                   fixes=fixes, not_fixes=() if ctx.is_serving or ctx.is_ggml else _NOT.get(cause, ()),
+                   fixes=fixes, not_fixes=() if ctx.is_serving or ctx.own_runtime else _NOT.get(cause, ()),
                    signals=signals,
                    detail=detail, sub_cause=sub)

@@ -173,6 +173,9 @@ def missing_evidence(ctx: "Context", cause: Cause | None = None) -> list[str]:
     runtime = ctx.oom.message_format if ctx.oom is not None else ""
     if runtime == "ggml":            # llama.cpp: no PyTorch allocator, no training steps
         return ["llama.cpp's start-up lines (the model, KV cache and compute buffer sizes it prints per device)"]
+    if runtime == "tensorrt":
+        return ["the TensorRT builder's [MemUsageChange] lines (GPU memory before the failure) and the engine's "
+                "max batch size and sequence lengths"]
     if runtime in ("tensorflow", "onnxruntime"):
         return [f"{'TensorFlow' if runtime == 'tensorflow' else 'ONNX Runtime'}'s allocator summary printed with "
                 "the OOM (in use, limit, largest free chunk)"]

@@ -49,6 +49,12 @@ DS_SETTING = re.compile(r"\b(?:zero_optimization|stage3_\w+|offload_(?:param|opt
                         r"overlap_comm|contiguous_gradients|zero_stage|ds_config|[Dd]eep[Ss]peed config|"
                         r"ZeRO[- ]?(?:stage|Stage|Offload|offload|[0-3]\b)|[Zz]ero [Ss]tage|zero\.Init|fp16\.enabled|bf16\.enabled|"
                         r"[Mm]icro[ _]batch|batch size per gpu|[Dd]eep[Ss]peed)")
+# assertions a training framework raises when two settings do not go together, quoted by their own text: ZeRO-1/2's
+# "The parameter N has already been reduced. Gradient computed twice for this partition" (gradient checkpointing or
+# a module run twice per step under that ZeRO stage), Megatron's "Cannot set grad twice" (DDP options that
+# accumulate into main_grad twice)
+SETTING_ASSERTS = re.compile(r"has already been reduced|Gradient computed twice for this partition|"
+                             r"Cannot set grad twice")
 # a library refusing a combination of settings and naming the one to change ("The model's max seq len (4096)
 # is larger than the maximum number of tokens that can be stored in KV cache (3792). Try increasing
 # `gpu_memory_utilization` or decreasing `max_model_len`")
@@ -128,7 +134,8 @@ class ExceptionParser:
         elif exc.endswith("TypeError") and _in_deepspeed_config(stack) and "str" in msg:
             record["kind"] = FailureKind.CONFIG_VALIDATION
             record["msg"] = record["msg"] + ' (a "auto" value reached DeepSpeed; only the HF integration fills those)'
-        elif exc.split(".")[-1] in SETTINGS_EXC and (_raised_by_deepspeed_setup(stack) or DS_SETTING.search(msg)):
+        elif exc.split(".")[-1] in SETTINGS_EXC and (_raised_by_deepspeed_setup(stack) or DS_SETTING.search(msg)
+                                                      or SETTING_ASSERTS.search(msg)):
             record["kind"] = FailureKind.CONFIG_VALIDATION
         elif (exc.split(".")[-1] in SETTINGS_EXC and SETTING_ADVICE.search(msg)
               and not _OOM_WORDS.search(msg)):

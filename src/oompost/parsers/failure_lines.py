@@ -76,10 +76,11 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
      re.compile(r"Cuda failure \d*\s*'out of memory'|(?:CCL|ccl|ze_call|zeCommand).*OUT_OF_DEVICE_MEMORY|"
                 r"NCCL WARN.*(?:cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|[Cc]all to cudaMalloc failed|"
                 r"cudaMalloc\w* failed)")),
-    # an older NCCL's error return chain: "host:pid:tid [0] NCCL INFO transport/net.cc:515 -> 2"
+    # an older NCCL's error return chain: "host:pid:tid [0] NCCL INFO transport/net.cc:515 -> 2", and the same
+    # chain at WARN level (NCCL forks such as Alibaba's ACCL: "NCCL WARN init.cc:2103 -> 3")
     (FailureKind.NCCL_SYSTEM, (".cc:", ".h:", ".cu:"),
      # (codes 1, 2, 3, 6 only: an invalid-usage return can be a probe that NCCL handles itself)
-     re.compile(r"NCCL INFO [\w./-]+\.(?:cc|h|cu|cpp):\d+ -> (?P<code>[1236])\b")),
+     re.compile(r"NCCL (?:INFO|WARN) [\w./-]+\.(?:cc|h|cu|cpp):\d+ -> (?P<code>[1236])\b")),
     (FailureKind.NCCL_TIMEOUT, ("Watchdog", "watchdog", "checkTimeout", "timed out", "Timeout", "timeout"),
      re.compile(r"Watchdog caught collective operation timeout|ncclCommWatchdog|WorkNCCL::checkTimeout|"
                 r"watchdogHandler|Some NCCL operations have failed or timed out|collective operation timeout|"
@@ -87,8 +88,9 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                 r"timed out after \d+|wait timeout")),
     # ncclGetErrorString()'s text behind "NCCL error: " without PyTorch's ", NCCL version" tail (the
     # pynccl wrappers of vLLM and sglang): the text names the ncclResult_t
-    (FailureKind.NCCL_OTHER, ("NCCL error: ",),
-     re.compile(r"NCCL error: (?P<desc>unhandled cuda error|unhandled system error|internal error|invalid argument|"
+    (FailureKind.NCCL_OTHER, ("NCCL error: ", "failed: "),
+     # (Horovod's "ncclCommInitRank failed: unhandled cuda error" names the failing NCCL call instead)
+     re.compile(r"(?:NCCL error|nccl[A-Z]\w+ failed): (?P<desc>unhandled cuda error|unhandled system error|internal error|invalid argument|"
                 r"invalid usage|remote process exited or there was a network error)")),
     (FailureKind.NCCL_SYSTEM, ("NCCL", "nccl", "Connection reset", "socket has timed out", "TCPStore", "CCL_ERROR",
                                "oneCCL", "Connection refused", "Connection closed",
@@ -120,11 +122,14 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                 r"specify)\b|must be (?:set|specified|provided|one of|a multiple of)\b|should be (?:set|one of)\b)")),
     (FailureKind.DUPLICATE_GPU, ("Duplicate GPU", "same GPU", "invalid device ordinal"),
      re.compile(r"Duplicate GPU detected|on the same GPU|invalid device ordinal")),
-    (FailureKind.CONFIG_VALIDATION, ("compiled without GPU", "without GPU support", "No CUDA GPUs",
+    (FailureKind.CONFIG_VALIDATION, ("compiled without GPU", "without GPU support", "No CUDA GPUs", "built in",
                                      "no NVIDIA driver", "not compatible with", "is not supported with",
                                      "cannot be used with", "is only supported", "must be divisible",
                                      "should be divisible", "is not divisible", "is not equal to"),
+     # ("Distributed package doesn't have NCCL built in": the NCCL backend asked of a torch without it, e.g.
+     # on Windows)
      re.compile(r"compiled without GPU support|without GPU support|No CUDA GPUs are available|"
+                r"Distributed package doesn't have \w+ built in|"
                 r"[Ff]ound no NVIDIA driver|is not compatible with|is not supported with|cannot be used with|"
                 r"is only supported (?:with|for|on)|must be divisible by|should be divisible by|"
                 r"is not divisible by|is not equal to micro_batch")),

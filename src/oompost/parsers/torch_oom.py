@@ -35,7 +35,7 @@ TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED",
             "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory",
             "while trying to allocate", "memory has been allocated", "failed to allocate", "unable to allocate",
             "OOM when allocating", "{{node ", "[[node ", "allocating <= available", "requested buffer of size",
-            "Cannot allocate")
+            "Cannot allocate", "could not be allocated")
 
 REQUEST = re.compile(rf"Tried to allocate (?:(?P<req>{_SZ})|(?P<eb>more than 1EB memory))")
 NEW_CAPACITY = re.compile(rf"GPU ?(?P<dev>\d*) has a total capac(?P<typo>i?)ty of (?P<cap>{_SZ})"
@@ -78,6 +78,13 @@ PADDLE = re.compile(rf"Cannot allocate (?P<req>{_SZ}) memory on GPU (?P<dev>\d+)
 PADDLE_ENFORCE = re.compile(r"enforce allocating <= available failed, (?P<req>\d+) > (?P<free>\d+)")
 # ONNX Runtime's arena: "BFCArena::AllocateRawInternal(size_t, bool) Failed to allocate memory for requested buffer of
 # size 8388608000", inside "Non-zero status code returned while running FusedMatMul node. Name:'MatMul_92_...'"
+# TensorRT's builder / runtime: "[TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::140] Error Code 2:
+# OutOfMemory (no further information)", TensorRT 7's "../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2
+# (out of memory)", and the warning with the size: "Requested amount of GPU memory (20572012544 bytes) could not be
+# allocated. There may not be enough free memory for allocation to succeed."
+TRT_OOM = re.compile(r"\[(?P<where>[\w.]+::\w+)(?:::\d+)?\] Error Code 2: OutOfMemory|"
+                     r"(?P<where7>\w+)\.cpp \(\d+\) - Cuda Error in allocate: 2 \(out of memory\)|"
+                     r"Requested amount of GPU memory \((?P<req>\d+) bytes\) could not be allocated")
 ORT_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (?P<req>\d+)")
 ORT_NODE = re.compile(r"while running (?P<op>\w+) node\. Name:\s*'(?P<name>[^']+)'")
 # a device allocator's own figures (XLA / vLLM's cumem allocator): "... while trying to allocate 671088640 bytes
@@ -258,6 +265,9 @@ class TorchOomParser:
         ggml = self._ggml(text, ln, rank, exc)
         if ggml is not None:
             return ggml
+        if ("OutOfMemory" in text or "Cuda Error in allocate" in text or "could not be allocated" in text) \
+                and (m := TRT_OOM.search(text)) is not None:
+            return self._tensorrt(text, ln, rank, exc, m)
         if "OOM when allocating" in text and (m := TF_OOM.search(text)) is not None:
             return self._tensorflow(text, ln, rank, exc, m)
         m = LIB_ALLOC.search(text)
@@ -335,6 +345,20 @@ class TorchOomParser:
         frames = (*last.stack.frames, Frame("tensorflow", ln.lineno, m.group("node"), text.strip()[:200]))
         self.out.ooms[-1] = dataclasses.replace(last, stack=Stack(frames))
         return True
+
+    def _tensorrt(self, text: str, ln: LogLine, rank: int | None, exc: str, m: re.Match[str]) -> OomEvent | None:
+        """A TensorRT allocation failure; None when it only completes the one a few lines above (TensorRT
+        prints the error two or three times, and the size in a warning after it)."""
+        req = int(m.group("req")) if m.group("req") else None
+        last = self._just_before(ln, "tensorrt")
+        if last is not None:
+            if req is not None and last.requested_bytes is None:
+                self.out.ooms[-1] = dataclasses.replace(last, requested_bytes=req)
+            return None
+        where = m.group("where") or (f"{m.group('where7')}::allocate" if m.group("where7") else "")
+        stack = Stack((Frame("tensorrt", ln.lineno, where, text.strip()[:200]),)) if where else Stack()
+        return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=req, exception=exc,
+                        message_format="tensorrt", stack=stack, truncated=True)
 
     def _just_before(self, ln: LogLine, fmt: str) -> OomEvent | None:
         """The last OOM read, when it is another runtime's (``fmt``) message a few lines above ``ln`` in this

@@ -83,7 +83,7 @@ def plan(ctx: Context, primary: Finding, pricer: Pricer | None = None) -> RerunP
     cfg = copy.deepcopy(ctx.setup.ds_config) if ctx.setup.ds_config else None
     d = _Draft(cfg, pricer=pricer or Pricer(ctx))
     cause = primary.cause
-    if (ctx.is_serving or ctx.is_ggml) and cause in (Cause.ACTIVATION_SPIKE, Cause.CAPACITY, Cause.FRAGMENTATION):
+    if (ctx.is_serving or ctx.own_runtime) and cause in (Cause.ACTIVATION_SPIKE, Cause.CAPACITY, Cause.FRAGMENTATION):
         return None                # a server's flags (the finding's fixes), not trainer arguments or a ds_config
     if cause is Cause.FRAGMENTATION:
         _fragmentation(ctx, d)

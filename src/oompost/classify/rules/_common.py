@@ -23,6 +23,14 @@ GGML_FIXES = (Fix("code", "--ctx-size (-c) / n_ctx / num_ctx", "lower it (e.g. 8
                   "the layers kept on the host free GPU memory for the buffers"),
               Fix("code", "a smaller quantization", "e.g. Q4_K_M instead of Q8_0",
                   "fewer bytes per weight"))
+TENSORRT_FIXES = (Fix("code", "the engine's profiles", "lower trtllm-build --max_batch_size / --max_input_len / "
+                      "--max_num_tokens (or the optimization profile's max shapes)",
+                      "the builder sizes activation memory and tactic workspaces for the largest profile"),
+                  Fix("code", "builder workspace", "config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, ...)",
+                      "caps the scratch memory tactics may use while the engine is built"),
+                  Fix("code", "quantized weights", "build from an int8 / fp8 / int4 checkpoint",
+                      "the builder holds the weights on the GPU while it builds"))
+RUNTIME_FIXES = {"ggml": GGML_FIXES, "tensorrt": TENSORRT_FIXES}
 
 
 def b(n: int | float | None) -> str:

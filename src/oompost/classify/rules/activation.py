@@ -21,7 +21,7 @@ from ...analysis.phase import Phase
 from ...analysis.steps import leak_trend, max_peak_allocated, noun
 from ...analysis.whatif import fits, what_if
 from ..base import Cause, Finding, Fix, NotAFix, confidence
-from ._common import GGML_FIXES, b, headroom, limit_label, oom_refs
+from ._common import RUNTIME_FIXES, b, headroom, limit_label, oom_refs
 
 
 class ActivationSpike:
@@ -80,7 +80,7 @@ class ActivationSpike:
         if o.requested_bytes and ru is not None and h is not None and o.requested_bytes > ru + h:
             signals.append(("even unfragmented, the request does not fit", 0.05))
         sub = self._sub(ctx)
-        fixes = list(GGML_FIXES) if ctx.is_ggml else self._fixes(ctx, sub)
+        fixes = list(RUNTIME_FIXES[ctx.own_runtime]) if ctx.own_runtime else self._fixes(ctx, sub)
         numbers += [(k, v) for k, v in self._shape(ctx)]
         return [Finding(
             self.code, self.cause, {"kv_cache": "The KV cache of generation does not fit",

@@ -90,6 +90,18 @@ class ConfigError:
             fixes.append(Fix("env", "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
                              "valid keys: expandable_segments, max_split_size_mb, garbage_collection_threshold, "
                              "roundup_power2_divisions, ..."))
+        elif "already been reduced" in msg or "computed twice" in msg:
+            title, sub = "ZeRO-1/2 reduced a parameter's gradient twice in one step", "settings_conflict"
+            fixes += [Fix("trainer_arg", "gradient_checkpointing_kwargs", {"use_reentrant": False},
+                          "reentrant checkpointing runs backward through a module a second time, so its gradients "
+                          "are reduced twice"),
+                      Fix("ds_config", "zero_optimization.stage", 3,
+                          "stage 3 hooks gradients per parameter and tolerates modules used twice in a step")]
+        elif "Cannot set grad twice" in msg:
+            title, sub = "Megatron's DDP was asked to set a gradient twice", "settings_conflict"
+            fixes.append(Fix("code", "the DDP / optimizer options the assertion guards",
+                             "drop one of the two options that both write main_grad (see the assertion's line)",
+                             "two settings each accumulate the same gradient"))
         elif '"auto"' in msg or "'str'" in msg:
             title, sub = 'A DeepSpeed value is still "auto"', "auto"
             fixes.append(Fix("ds_config", "train_batch_size / train_micro_batch_size_per_gpu", "an integer",
