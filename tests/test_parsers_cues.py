@@ -83,3 +83,15 @@ def test_a_flat_alloc_series_is_not_growth() -> None:
     # written here (the negative of the series above): the same figures every round
     flat = "".join(f"[after step] alloc: 57.0, reserved: 92.0\n" for _ in range(6))
     assert parse_text(flat).fact("cue.memory_growing") is None
+
+
+def test_a_memory_line_keyed_current_is_a_reading():
+    # https://github.com/tensorflow/tensorflow/issues/73457: tf.config.experimental.get_memory_info() printed per
+    # iteration, "current" rising 0.18 -> 0.35 while "peak" rises too: the current reading is the series
+    from pathlib import Path
+
+    from oompost.parsers import parse_paths
+
+    ev = parse_paths([str(Path(__file__).parent / "corpus" / "tensorflow__tensorflow__73457" / "log.txt")])
+    grew = [f for f in ev.facts if f.name == "cue.memory_growing_range"]
+    assert grew and grew[0].value == (0.18, 0.35)

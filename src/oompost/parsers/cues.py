@@ -59,8 +59,10 @@ CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
 # "mem=3.2GB"): the first figure of each line, grouped by the line's shape with the numbers taken out.
 # ("torch.cuda.memory_allocated(0) 318986240": the device index in parentheses is not the figure)
 # (figures may carry thousands separators: "1,234 MiB", as nvidia-smi and many loggers print them)
+# (on a line about memory, "current" names the reading too: TensorFlow's get_memory_info() printed as
+# "Memory info of GPU /physical_device:GPU:0: current: 0.18, peak: 2.55")
 _FIGURE = re.compile(r"(?<![\d,])(?P<v>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*(?P<u>[KMG]i?B|MB|GB|bytes)\b|"
-                     r"(?:alloc(?:ated)?|memory|mem|reserved|\bv?ram\b|\brss\b)(?:[^\d|]|\(\d+\)){0,20}"
+                     r"(?:alloc(?:ated)?|memory|mem|reserved|\bv?ram\b|\brss\b|\bcurrent\b)(?:[^\d|]|\(\d+\)){0,20}"
                      r"(?P<v2>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?![\d.)])", re.I)
 _UNIT = {"k": 2**10, "m": 2**20, "g": 2**30}
 _NUMS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
