@@ -311,3 +311,9 @@ def test_a_tensorrt_oom_gets_the_runtimes_knobs_not_a_trainers():
     assert r.cause != "unknown"
     keys = " ".join(f"{f.fix.key} {f.fix.value}" for f in r.fixes)
     assert "gradient_checkpointing" not in keys and "per_device_train_batch_size" not in keys
+
+
+def test_opencvs_allocator_failure_is_host_memory():
+    # https://github.com/ultralytics/yolov5/issues/10276: caching images in RAM, OpenCV cannot allocate 4.5 MiB
+    ooms = _corpus_ooms("ultralytics__yolov5__10276")
+    assert ooms and ooms[0].kind is OomKind.HOST and ooms[0].requested_bytes == 4672512

@@ -35,7 +35,7 @@ TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED",
             "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory",
             "while trying to allocate", "memory has been allocated", "failed to allocate", "unable to allocate",
             "OOM when allocating", "{{node ", "[[node ", "allocating <= available", "requested buffer of size",
-            "Cannot allocate", "could not be allocated")
+            "Cannot allocate", "could not be allocated", "Insufficient memory")
 
 REQUEST = re.compile(rf"Tried to allocate (?:(?P<req>{_SZ})|(?P<eb>more than 1EB memory))")
 NEW_CAPACITY = re.compile(rf"GPU ?(?P<dev>\d*) has a total capac(?P<typo>i?)ty of (?P<cap>{_SZ})"
@@ -78,6 +78,9 @@ PADDLE = re.compile(rf"Cannot allocate (?P<req>{_SZ}) memory on GPU (?P<dev>\d+)
 PADDLE_ENFORCE = re.compile(r"enforce allocating <= available failed, (?P<req>\d+) > (?P<free>\d+)")
 # ONNX Runtime's arena: "BFCArena::AllocateRawInternal(size_t, bool) Failed to allocate memory for requested buffer of
 # size 8388608000", inside "Non-zero status code returned while running FusedMatMul node. Name:'MatMul_92_...'"
+# OpenCV's allocator: "cv2.error: OpenCV(4.6.0) /io/opencv/modules/core/src/alloc.cpp:73: error: (-4:Insufficient
+# memory) Failed to allocate 4672512 bytes in function 'OutOfMemoryError'" (host memory, unless a cv::cuda path)
+OPENCV_ALLOC = re.compile(r"\(-4:Insufficient memory\) Failed to allocate (?P<n>\d+) bytes")
 # TensorRT's builder / runtime: "[TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::140] Error Code 2:
 # OutOfMemory (no further information)", TensorRT 7's "../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2
 # (out of memory)", and the warning with the size: "Requested amount of GPU memory (20572012544 bytes) could not be
@@ -302,6 +305,12 @@ class TorchOomParser:
             return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=int(m.group("req")),
                             capacity_bytes=int(m.group("total")), free_bytes=int(m.group("free")), exception=exc,
                             message_format="bytes (free, total)", stack=stack, truncated=True)
+        m = OPENCV_ALLOC.search(text)
+        if m:
+            gpu = "/cuda" in text or "gpu_mat" in text or "cudev" in text
+            return OomEvent(OomKind.OTHER if gpu else OomKind.HOST, ref(self.path, ln), rank, None,
+                            requested_bytes=int(m.group("n")), exception=exc or "cv2.error", message_format="opencv",
+                            stack=stack, truncated=True)
         m = NUMPY_ALLOC.search(text)
         if m:
             return OomEvent(OomKind.HOST, ref(self.path, ln), rank, None,
