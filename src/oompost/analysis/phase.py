@@ -10,6 +10,7 @@ buffers (DeepSpeed buckets, ZeRO-3 gathers, NCCL).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -238,3 +239,10 @@ def user_location(frames: tuple[Frame, ...], innermost_first: bool) -> Frame | N
             continue
         return fr
     return None
+
+
+@functools.lru_cache(maxsize=65536)
+def block_phase(frames: tuple[Frame, ...]) -> Phase:
+    """The phase of a snapshot block allocated at ``frames`` (innermost first); a snapshot repeats a few
+    thousand stacks over its blocks, so each is classified once."""
+    return classify_frames(frames, innermost_first=True).phase

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import Snapshot
-from .phase import Phase, classify_frames
-from .snapshot_metrics import device_trace, oom_device, oom_index, segments_at, stack_label
+from .phase import Phase, block_phase
+from .snapshot_metrics import device_trace, live_blocks_at_oom, oom_device, oom_index, stack_label
 
 # the phases of memory a step allocates and frees again
 _STEP_PHASES = frozenset((Phase.FORWARD, Phase.LOGITS, Phase.LOSS, Phase.GENERATION, Phase.RETAINED))
@@ -82,18 +82,10 @@ def retention(snap: Snapshot) -> Retention | None:
     """The memory kept across steps or batches at the OOM, or None when nothing beyond one step's worth is kept
     (and no concatenation buffer holds a material share of live memory)."""
     dev = oom_device(snap)
-    blocks = [blk for seg in segments_at(snap, dev, "oom") for blk in seg.blocks if blk.state == "active_allocated"]
+    blocks = live_blocks_at_oom(snap)
     live = sum(blk.size for blk in blocks)
-    phase_of: dict[tuple, Phase] = {}
-
-    def phase(frames: tuple) -> Phase:
-        ph = phase_of.get(frames)
-        if ph is None:
-            ph = phase_of[frames] = classify_frames(frames, innermost_first=True).phase
-        return ph
-
-    cat = _concatenated(blocks, phase, live)
-    sites, bounds = _kept_sites(snap, dev, blocks, phase)
+    cat = _concatenated(blocks, block_phase, live)
+    sites, bounds = _kept_sites(snap, dev, blocks, block_phase)
     if not sites and cat is None:
         return None
     return Retention(sum(s.kept * s.block_bytes for s in sites), sum(s.kept for s in sites), sites, bounds, live, cat)

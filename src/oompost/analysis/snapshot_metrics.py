@@ -963,3 +963,9 @@ def segment_map(snap: Snapshot, device: int = 0, at: Literal["oom", "end"] | int
                                tuple(BlockView(b.address - s.address, b.size, b.state, b.requested_size)
                                      for b in s.blocks)))
     return out
+
+
+def live_blocks_at_oom(snap: Snapshot) -> list[Block]:
+    """The blocks allocated (live) on the OOM's device at the moment of the OOM."""
+    return [blk for seg in segments_at(snap, oom_device(snap), "oom") for blk in seg.blocks
+            if blk.state == "active_allocated"]

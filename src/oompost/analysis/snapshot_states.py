@@ -23,8 +23,8 @@ import collections
 from dataclasses import dataclass
 
 from ..model import Snapshot
-from .phase import Phase, classify_frames
-from .snapshot_metrics import oom_device, segments_at
+from .phase import Phase, block_phase
+from .snapshot_metrics import live_blocks_at_oom
 
 MIB = 2**20
 _WEIGHT_PHASES = frozenset((Phase.MODEL_INIT, Phase.MODEL_TO_DEVICE, Phase.CHECKPOINT_LOAD))
@@ -65,23 +65,15 @@ class SnapshotStates:
 def snapshot_states(snap: Snapshot) -> SnapshotStates | None:
     """The model states live at the OOM, or None when the blocks carry no stacks, no weights are found, or
     DeepSpeed's ZeRO owns the states."""
-    dev = oom_device(snap)
-    blocks = [blk for seg in segments_at(snap, dev, "oom") for blk in seg.blocks if blk.state == "active_allocated"]
+    blocks = live_blocks_at_oom(snap)
     if not blocks or not any(blk.frames for blk in blocks):
         return None
-    phase_of: dict[tuple, Phase] = {}
-
-    def phase(frames: tuple) -> Phase:
-        ph = phase_of.get(frames)
-        if ph is None:
-            ph = phase_of[frames] = classify_frames(frames, innermost_first=True).phase
-        return ph
 
     weights = opt = grads = nweights = 0
     sizes: collections.Counter = collections.Counter()
     rest = []
     for blk in blocks:
-        ph = phase(blk.frames) if blk.frames else Phase.UNKNOWN
+        ph = block_phase(blk.frames) if blk.frames else Phase.UNKNOWN
         if ph in _ZERO_PHASES:
             return None
         if ph in _WEIGHT_PHASES:
