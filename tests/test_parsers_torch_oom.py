@@ -317,3 +317,13 @@ def test_opencvs_allocator_failure_is_host_memory():
     # https://github.com/ultralytics/yolov5/issues/10276: caching images in RAM, OpenCV cannot allocate 4.5 MiB
     ooms = _corpus_ooms("ultralytics__yolov5__10276")
     assert ooms and ooms[0].kind is OomKind.HOST and ooms[0].requested_bytes == 4672512
+
+
+def test_xla_resource_exhausted_gives_the_request_and_the_tpu_runtimes_free_figure():
+    # https://github.com/sokrypton/ColabFold/issues/186 ("Out of memory while trying to allocate 7866899248 bytes")
+    # and https://github.com/google/trax/issues/431 (the TPU runtime's "Attempting to allocate 31.06M. That was not
+    # possible. There are 58.64M free.")
+    cf = _corpus_ooms("sokrypton__ColabFold__186")
+    assert cf and cf[0].message_format == "xla" and cf[0].requested_bytes == 7866899248
+    tpu = _corpus_ooms("google__trax__431")
+    assert tpu[0].requested_bytes == parse_size("31.06MiB") and tpu[0].free_bytes == parse_size("58.64MiB")

@@ -35,7 +35,7 @@ TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED",
             "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory",
             "while trying to allocate", "memory has been allocated", "failed to allocate", "unable to allocate",
             "OOM when allocating", "{{node ", "[[node ", "allocating <= available", "requested buffer of size",
-            "Cannot allocate", "could not be allocated", "Insufficient memory")
+            "Cannot allocate", "could not be allocated", "Insufficient memory", "RESOURCE_EXHAUSTED")
 
 REQUEST = re.compile(rf"Tried to allocate (?:(?P<req>{_SZ})|(?P<eb>more than 1EB memory))")
 NEW_CAPACITY = re.compile(rf"GPU ?(?P<dev>\d*) has a total capac(?P<typo>i?)ty of (?P<cap>{_SZ})"
@@ -94,6 +94,12 @@ ORT_NODE = re.compile(r"while running (?P<op>\w+) node\. Name:\s*'(?P<name>[^']+
 # (free: 513736704, total: 85095874560)"
 BYTES_FREE_TOTAL = re.compile(r"while trying to allocate (?P<req>\d+) bytes \(free: (?P<free>\d+), "
                               r"total: (?P<total>\d+)\)")
+# XLA (JAX, TensorFlow/XLA) without those figures: "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying
+# to allocate 15724724752 bytes." / "... Out of memory allocating 124867611608 bytes.", and the TPU runtime's
+# "RESOURCE_EXHAUSTED: Attempting to allocate 31.06M. That was not possible. There are 58.64M free."
+XLA_OOM = re.compile(r"RESOURCE_EXHAUSTED: (?:Out of memory (?:while trying to allocate|allocating) (?P<req>\d+) bytes|"
+                     r"Attempting to allocate (?P<req2>\d+(?:\.\d+)?[KMGT]?)\. That was not possible\. "
+                     r"There are (?P<free>\d+(?:\.\d+)?[KMGT]?) free)")
 
 # llama.cpp / ggml (llama-cpp-python, ollama): "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size
 # 4733328896", "llama_model_load: error loading model: unable to allocate ROCm0 buffer", "ggml_backend_cuda_buffer_
@@ -311,6 +317,14 @@ class TorchOomParser:
             return OomEvent(OomKind.OTHER if gpu else OomKind.HOST, ref(self.path, ln), rank, None,
                             requested_bytes=int(m.group("n")), exception=exc or "cv2.error", message_format="opencv",
                             stack=stack, truncated=True)
+        m = XLA_OOM.search(text) if "RESOURCE_EXHAUSTED" in text else None
+        if m:
+            def size(s: str | None) -> int | None:
+                return None if s is None else parse_size_or_none(s + "iB" if s[-1] in "KMGT" else s + " B")
+            req = int(m.group("req")) if m.group("req") else size(m.group("req2"))
+            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=req,
+                            free_bytes=size(m.group("free")), exception=exc or "XlaRuntimeError",
+                            message_format="xla", stack=stack, truncated=True)
         m = NUMPY_ALLOC.search(text)
         if m:
             return OomEvent(OomKind.HOST, ref(self.path, ln), rank, None,
