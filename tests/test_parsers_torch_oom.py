@@ -311,6 +311,7 @@ def test_a_tensorrt_oom_gets_the_runtimes_knobs_not_a_trainers():
     assert r.cause != "unknown"
     keys = " ".join(f"{f.fix.key} {f.fix.value}" for f in r.fixes)
     assert "gradient_checkpointing" not in keys and "per_device_train_batch_size" not in keys
+    assert "profiles" in keys                               # TensorRT's own: the engine's max shapes
 
 
 def test_opencvs_allocator_failure_is_host_memory():

@@ -149,7 +149,9 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
     refs += [e.ref for e in ctx.evidence.exits[:2]]
     sub = None
     fixes = _FIXES.get(cause, ())
-    if ctx.own_runtime and cause in (Cause.ACTIVATION_SPIKE, Cause.CAPACITY, Cause.FRAGMENTATION):
+    # another runtime's OOM gets that runtime's knobs (a setting blamed for it is one of its own settings too)
+    if ctx.own_runtime and (cause in (Cause.ACTIVATION_SPIKE, Cause.CAPACITY, Cause.FRAGMENTATION)
+                            or (cause is Cause.CONFIG_ERROR and ctx.oom is not None)):
         fixes = RUNTIME_FIXES[ctx.own_runtime]
     elif cause is Cause.ACTIVATION_SPIKE and (ctx.phase.phase.value == "generation"
                                             or ctx.evidence.fact("cue.serving") is not None):
