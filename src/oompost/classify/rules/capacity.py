@@ -157,6 +157,9 @@ class Capacity:
         if ctx.setup.get("lora_r") is None:
             cands.append(("trainer_arg", "lora_r", 16, what_if(ctx, "LoRA r=16", lora_rank=16, grad_ckpt=True),
                           "trains adapters only: no gradients or optimizer state for the frozen weights"))
+        if not ctx.setup.deepspeed:
+            # a run without DeepSpeed: adapters are a change to the run, DeepSpeed a change of stack
+            cands.sort(key=lambda c: c[1] != "lora_r")
         for kind, key, value, w, why in cands:
             if w is None:
                 out.append(Fix(kind, key, value, why))
