@@ -8,7 +8,9 @@ activations of the smallest batch (micro-batch 1, the configured sequence
 length, full recompute) exceed what the process may use.  A small request
 failing next to some "reserved but unallocated" memory is still capacity when
 what remains to be allocated — the rest of the optimizer state — cannot fit
-either.  PyTorch's ``expandable_segments`` hint does not apply.
+either.  PyTorch's ``expandable_segments`` hint does not apply.  With a
+snapshot and no memory model, the live blocks stand in for it
+(``analysis/snapshot_states.py``): weights, a gradient of each, optimizer state.
 
 **Fix**  Partition or move model states: a higher ZeRO stage across more
 GPUs, ``offload_optimizer`` (and at stage 3 ``offload_param``) to CPU/NVMe,
@@ -73,6 +75,7 @@ class Capacity:
             elif ss.with_adam_bytes > 1.03 * L:
                 signals.append((f"with Adam's two moments of every trained weight the states need "
                                 f"{b(ss.with_adam_bytes)} > {b(L)} (snapshot)", 0.3))
+        by_snapshot = any(w.endswith("(snapshot)") for w, _ in signals)
         if startup_phase and not completed:
             signals.append((f"the OOM is in a model-state phase ({ctx.phase.why}) before any step completed",
                             0.25 if e is not None else 0.45))
@@ -109,7 +112,7 @@ class Capacity:
             detail += (f"The weights, gradients and optimizer states this run keeps on the GPU take "
                        f"{b(e.model_states_bytes)}; the smallest possible batch still needs "
                        f"{b(e.predicted_peak_bytes)}. No batch size or allocator setting makes this fit.")
-        elif ss is not None and any("(snapshot)" in w for w, _ in signals):
+        elif ss is not None and by_snapshot:
             detail += (f"The snapshot's live blocks hold {b(ss.weights_bytes)} of weights (allocated where the model "
                        f"was built, loaded or moved to the GPU), {b(ss.grad_bytes)} of gradients (blocks of a "
                        f"weight's exact size) and {b(ss.optimizer_bytes)} of optimizer state. "
@@ -129,7 +132,7 @@ class Capacity:
                                "the memory is needed, not fragmented (PyTorch prints this hint on every OOM)"),
                        NotAFix("torch.cuda.empty_cache()", "nothing is cached that could be returned"),
                        *((NotAFix("a smaller micro-batch or gradient accumulation", "model states do not shrink with it"),)
-                         if e is not None or ss is not None or (startup_phase and not completed) else ()),
+                         if e is not None or by_snapshot or (startup_phase and not completed) else ()),
                        *((NotAFix("offload_param at ZeRO stage < 3", "DeepSpeed ignores it below stage 3"),)
                          if ctx.setup.offload_param != "none" and ctx.setup.get("zero_stage") in (1, 2) else ())),
             signals=tuple(signals), numbers=tuple(numbers), detail=detail)]
