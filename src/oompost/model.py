@@ -38,7 +38,7 @@ class SourceRef:
 
 # the name of a frame whose header ("File ..., line N, in f") the input lost: only its source line is known
 LOST_FRAME = "(frame header not in the input)"
-# frames another runtime's OOM names instead of a Python traceback (parsers/torch_oom.py): the frame's filename is
+# frames another runtime's OOM names instead of a Python traceback (parsers/runtime_ooms.py): the frame's filename is
 # the runtime's key, its name the C function, op or graph node that failed, its line the log line
 RUNTIME_FRAMES = {"ggml": "llama.cpp", "tensorflow": "TensorFlow", "onnxruntime": "ONNX Runtime",
                   "tensorrt": "TensorRT"}

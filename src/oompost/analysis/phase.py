@@ -104,7 +104,7 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     (Phase.GENERATION, "transformers/generation", None, None, "generate()"),
     (Phase.GENERATION, "cache_utils", None, None, "KV cache"),
     (Phase.GENERATION, None, r"^generate$|_sample$|beam_search|greedy_search", None, "generation"),
-    # TensorFlow: the op kernel or graph node that failed (parsers/torch_oom.py makes them the frames, the node
+    # TensorFlow: the op kernel or graph node that failed (parsers/runtime_ooms.py makes them the frames, the node
     # innermost); gradient ops are backward, optimizer ops the step, any other op is the model's forward
     (Phase.BACKWARD, "tensorflow", r"(?i)gradients?/|_grad\b|grad_|Grad|backprop", None, "a TensorFlow gradient op"),
     (Phase.OPTIMIZER_STEP, "tensorflow", r"(?i)adam|training/|optimizer|apply_\w+", None, "a TensorFlow optimizer op"),
@@ -112,10 +112,10 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     # ONNX Runtime: the graph node whose kernel failed (an inference graph: its ops are the forward)
     (Phase.FORWARD, "onnxruntime", r"\w", None, "an ONNX Runtime graph node"),
     # TensorRT's builder holds the weights and sizes tactic workspaces on the GPU (virtualMemoryBuffer,
-    # TensorRT 7's safeRuntime allocate): failing there is building the engine, before any inference
-    (Phase.MODEL_INIT, "tensorrt", r"resizePhysical|virtualMemoryBuffer|safeRuntime", None,
+    # TensorRT 7's rtSafe runtime allocate): failing there is building the engine, before any inference
+    (Phase.MODEL_INIT, "tensorrt", r"resizePhysical|virtualMemoryBuffer|Runtime::allocate", None,
      "TensorRT building the engine (weights and tactic workspace)"),
-    # llama.cpp / ggml: the C function that failed to allocate (parsers/torch_oom.py makes it the one frame)
+    # llama.cpp / ggml: the C function that failed to allocate (parsers/runtime_ooms.py makes it the one frame)
     (Phase.GENERATION, "ggml", r"kv_cache|kv_self", r"kv cache", "llama.cpp's KV cache"),
     (Phase.FORWARD, "ggml", r"gallocr|graph|sched|compute|pool_malloc", None,
      "llama.cpp's compute buffer (the graph's activations)"),

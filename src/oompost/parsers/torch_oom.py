@@ -15,6 +15,9 @@
   ``MemoryError`` (host memory); Apple MPS (with its allocated / other / max-allowed figures).
 
 Clauses are matched one by one, so their order and presence may vary.
+Other runtimes' messages (TensorFlow, llama.cpp, TensorRT, ONNX Runtime,
+PaddlePaddle, XLA, OpenCV) are read by parsers/runtime_ooms.py; this parser
+keeps the events and completes them from the lines after them.
 "Tried to allocate" is the segment-rounded size, kept as printed.
 """
 
@@ -26,16 +29,14 @@ import re
 from ..model import LOST_FRAME, Frame, OomEvent, OomKind, Stack
 from ..sources import LogLine
 from ..units import parse_size_or_none
+from . import runtime_ooms
 from .base import EvidenceBuilder, TracebackTracker, line_rank, literal_trigger, match_frame, ref
 
 _SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
 
 TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE", "MemoryError",
-            "Unable to allocate",
-            "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory",
-            "while trying to allocate", "memory has been allocated", "failed to allocate", "unable to allocate",
-            "OOM when allocating", "{{node ", "[[node ", "allocating <= available", "requested buffer of size",
-            "Cannot allocate", "could not be allocated", "Insufficient memory", "RESOURCE_EXHAUSTED")
+            "Unable to allocate", "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory")
+TRIGGERS = tuple(dict.fromkeys(TRIGGERS + runtime_ooms.TRIGGERS))      # and other runtimes' (parsers/runtime_ooms.py)
 
 REQUEST = re.compile(rf"Tried to allocate (?:(?P<req>{_SZ})|(?P<eb>more than 1EB memory))")
 NEW_CAPACITY = re.compile(rf"GPU ?(?P<dev>\d*) has a total capac(?P<typo>i?)ty of (?P<cap>{_SZ})"
@@ -70,58 +71,6 @@ MPS_FIGURES = re.compile(rf"MPS allocated: (?P<alloc>{_SZ}), other allocations: 
 NUMPY_ALLOC = re.compile(r"Unable to allocate (?P<num>\d+(?:\.\d*)?) ?(?P<unit>[KMGTPE]i?B) for an array with shape")
 _GPU_WORDS = re.compile(r"cuda|CUDA|GPU|HIP|hipError|device memory")
 PY_MEMORY_ERROR = re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*_?(?:Array)?MemoryError\b(?:\s*$|:)")
-# PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
-# been allocated and available memory is only 3.625000MB."
-PADDLE = re.compile(rf"Cannot allocate (?P<req>{_SZ}) memory on GPU (?P<dev>\d+), (?:(?P<alloc>{_SZ}) memory has been "
-                    rf"allocated and )?available memory is only (?P<free>{_SZ})")
-# PaddlePaddle 1.x: "paddle.fluid.core.EnforceNotMet: enforce allocating <= available failed, 7433255387 > 366608128"
-PADDLE_ENFORCE = re.compile(r"enforce allocating <= available failed, (?P<req>\d+) > (?P<free>\d+)")
-# ONNX Runtime's arena: "BFCArena::AllocateRawInternal(size_t, bool) Failed to allocate memory for requested buffer of
-# size 8388608000", inside "Non-zero status code returned while running FusedMatMul node. Name:'MatMul_92_...'"
-# OpenCV's allocator: "cv2.error: OpenCV(4.6.0) /io/opencv/modules/core/src/alloc.cpp:73: error: (-4:Insufficient
-# memory) Failed to allocate 4672512 bytes in function 'OutOfMemoryError'" (host memory, unless a cv::cuda path)
-OPENCV_ALLOC = re.compile(r"\(-4:Insufficient memory\) Failed to allocate (?P<n>\d+) bytes")
-# TensorRT's builder / runtime: "[TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::140] Error Code 2:
-# OutOfMemory (no further information)", TensorRT 7's "../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2
-# (out of memory)", and the warning with the size: "Requested amount of GPU memory (20572012544 bytes) could not be
-# allocated. There may not be enough free memory for allocation to succeed."
-TRT_OOM = re.compile(r"\[(?P<where>[\w.]+::\w+)(?:::\d+)?\] Error Code 2: OutOfMemory|"
-                     r"(?P<where7>\w+)\.cpp \(\d+\) - Cuda Error in allocate: 2 \(out of memory\)|"
-                     r"Requested amount of GPU memory \((?P<req>\d+) bytes\) could not be allocated")
-ORT_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (?P<req>\d+)")
-ORT_NODE = re.compile(r"while running (?P<op>\w+) node\. Name:\s*'(?P<name>[^']+)'")
-# a device allocator's own figures (XLA / vLLM's cumem allocator): "... while trying to allocate 671088640 bytes
-# (free: 513736704, total: 85095874560)"
-BYTES_FREE_TOTAL = re.compile(r"while trying to allocate (?P<req>\d+) bytes \(free: (?P<free>\d+), "
-                              r"total: (?P<total>\d+)\)")
-# XLA (JAX, TensorFlow/XLA) without those figures: "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying
-# to allocate 15724724752 bytes." / "... Out of memory allocating 124867611608 bytes.", and the TPU runtime's
-# "RESOURCE_EXHAUSTED: Attempting to allocate 31.06M. That was not possible. There are 58.64M free."
-XLA_OOM = re.compile(r"RESOURCE_EXHAUSTED: (?:Out of memory (?:while trying to allocate|allocating) (?P<req>\d+) bytes|"
-                     r"Attempting to allocate (?P<req2>\d+(?:\.\d+)?[KMGT]?)\. That was not possible\. "
-                     r"There are (?P<free>\d+(?:\.\d+)?[KMGT]?) free)")
-
-# llama.cpp / ggml (llama-cpp-python, ollama): "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size
-# 4733328896", "llama_model_load: error loading model: unable to allocate ROCm0 buffer", "ggml_backend_cuda_buffer_
-# type_alloc_buffer: allocating 4514.05 MiB on device 0: cudaMalloc failed: out of memory".  The C function that
-# failed says what the buffer was for (the graph's compute buffer, the KV cache, the weights): it becomes the
-# event's one frame, for the phase.  A CPU buffer is host memory.
-GGML_BUFFER = re.compile(r"(?:^|\s)(?P<func>\w+): (?:.*?: )?(?:failed to allocate|unable to allocate) (?:(?P<dev>(?:CUDA|ROCm|"
-                         r"Vulkan|Metal|SYCL|CANN|MUSA|CPU)\d*) )?buffer(?: of size (?P<req>\d+)| for (?:the )?kv cache)?")
-GGML_MALLOC = re.compile(r"(?P<func>\w+): allocating (?P<mib>\d+(?:\.\d+)?) MiB on device (?P<dev>\d+): \w+ failed: "
-                         r"out of memory")
-
-# TensorFlow: "Resource exhausted: OOM when allocating tensor with shape[16,112,112,147] and type float on
-# /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc", the op that failed as "OP_REQUIRES failed at
-# fused_batch_norm_op.cc:573" before it, the graph node on the next line ("[[{{node resnet_v1_50/conv1/
-# ExtractImagePatches}}]]").  The request is the shape's size times the type's; the op or node is the event's one
-# frame, for the phase (a gradient op is backward, an optimizer op the step, any other op the forward).
-TF_OOM = re.compile(r"OOM when allocating tensor (?:of shape \[?|with shape\s*\[?)(?P<shape>[\d,\s]*)\]?(?: and type "
-                    r"(?P<dtype>\w+))?(?: on (?P<where>\S+))?(?: by allocator (?P<alloc>\w+))?")
-TF_OP = re.compile(r"OP_REQUIRES failed at (?P<op>[\w.]+?)(?:\.cc|\.h)?:\d+")
-TF_NODE = re.compile(r"\[\[(?:\{\{)?node (?P<node>[\w/.:-]+)")
-TF_DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
-                  "int32": 4, "int64": 8, "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "complex64": 8}
 
 
 # where an OOM message starts; two ranks printing at once glue theirs onto one line
@@ -274,11 +223,12 @@ class TorchOomParser:
         ggml = self._ggml(text, ln, rank, exc)
         if ggml is not None:
             return ggml
-        if ("OutOfMemory" in text or "Cuda Error in allocate" in text or "could not be allocated" in text) \
-                and (m := TRT_OOM.search(text)) is not None:
-            return self._tensorrt(text, ln, rank, exc, m)
-        if "OOM when allocating" in text and (m := TF_OOM.search(text)) is not None:
-            return self._tensorflow(text, ln, rank, exc, m)
+        trt = runtime_ooms.tensorrt_event(text, ref(self.path, ln), rank, exc)
+        if trt is not None:
+            return self._tensorrt(trt, ln)
+        tf = runtime_ooms.tensorflow_event(text, ref(self.path, ln), rank, exc)
+        if tf is not None:
+            return tf
         m = LIB_ALLOC.search(text)
         if m:
             kind = OomKind.CUBLAS if m.group("lib") == "CUBLAS" else (
@@ -287,44 +237,9 @@ class TorchOomParser:
         if CUDA_ERROR_OOM.search(text):
             return OomEvent(OomKind.CUDA_ERROR, ref(self.path, ln), rank, exception=exc,
                             message_format="CUDA error: out of memory", stack=stack)
-        m = PADDLE_ENFORCE.search(text)
-        if m:
-            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=int(m.group("req")),
-                            free_bytes=int(m.group("free")), exception=exc, message_format="paddle", stack=stack,
-                            truncated=True)
-        m = ORT_ARENA.search(text)
-        if m:
-            node = ORT_NODE.search(text)
-            if node is not None:
-                stack = Stack((Frame("onnxruntime", ln.lineno, node.group("name"), node.group("op")),))
-            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=int(m.group("req")),
-                            exception=exc, message_format="onnxruntime", stack=stack, truncated=True)
-        m = PADDLE.search(text)
-        if m:
-            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, int(m.group("dev")),
-                            requested_bytes=parse_size_or_none(m.group("req")),
-                            allocated_bytes=parse_size_or_none(m.group("alloc")),
-                            free_bytes=parse_size_or_none(m.group("free")), exception=exc, message_format="paddle",
-                            stack=stack, truncated=True)
-        m = BYTES_FREE_TOTAL.search(text)
-        if m:
-            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=int(m.group("req")),
-                            capacity_bytes=int(m.group("total")), free_bytes=int(m.group("free")), exception=exc,
-                            message_format="bytes (free, total)", stack=stack, truncated=True)
-        m = OPENCV_ALLOC.search(text)
-        if m:
-            gpu = "/cuda" in text or "gpu_mat" in text or "cudev" in text
-            return OomEvent(OomKind.OTHER if gpu else OomKind.HOST, ref(self.path, ln), rank, None,
-                            requested_bytes=int(m.group("n")), exception=exc or "cv2.error", message_format="opencv",
-                            stack=stack, truncated=True)
-        m = XLA_OOM.search(text) if "RESOURCE_EXHAUSTED" in text else None
-        if m:
-            def size(s: str | None) -> int | None:
-                return None if s is None else parse_size_or_none(s + "iB" if s[-1] in "KMGT" else s + " B")
-            req = int(m.group("req")) if m.group("req") else size(m.group("req2"))
-            return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=req,
-                            free_bytes=size(m.group("free")), exception=exc or "XlaRuntimeError",
-                            message_format="xla", stack=stack, truncated=True)
+        other = runtime_ooms.other_runtime_event(text, ref(self.path, ln), rank, exc, stack)
+        if other is not None:
+            return other
         m = NUMPY_ALLOC.search(text)
         if m:
             return OomEvent(OomKind.HOST, ref(self.path, ln), rank, None,
@@ -343,45 +258,25 @@ class TorchOomParser:
                             message_format="truncated")
         return None
 
-    def _tensorflow(self, text: str, ln: LogLine, rank: int | None, exc: str, m: re.Match[str]) -> OomEvent:
-        dims = [int(d) for d in re.findall(r"\d+", m.group("shape") or "")]
-        req = None
-        if dims and m.group("dtype") in TF_DTYPE_BYTES:
-            req = TF_DTYPE_BYTES[m.group("dtype")]
-            for d in dims:
-                req *= d
-        where = (m.group("where") or "") + " " + (m.group("alloc") or "")
-        host = "device:CPU" in where or " cpu" in where.lower()
-        op = TF_OP.search(text)
-        stack = Stack((Frame("tensorflow", ln.lineno, op.group("op"), text.strip()[:200]),)) if op else Stack()
-        return OomEvent(OomKind.HOST if host else OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=req,
-                        exception=exc or "ResourceExhaustedError", message_format="tensorflow", stack=stack,
-                        truncated=True)
-
     def _tf_node(self, text: str, ln: LogLine) -> bool:
         """The graph node a TensorFlow OOM names on the line after it: that event's frame (the node path says
         which layer, and whether it is a gradient)."""
-        m = TF_NODE.search(text)
+        node = runtime_ooms.tf_node_frame(text, ln.lineno)
         last = self._just_before(ln, "tensorflow")
-        if m is None or last is None:
+        if node is None or last is None:
             return False
-        frames = (*last.stack.frames, Frame("tensorflow", ln.lineno, m.group("node"), text.strip()[:200]))
-        self.out.ooms[-1] = dataclasses.replace(last, stack=Stack(frames))
+        self.out.ooms[-1] = dataclasses.replace(last, stack=Stack((*last.stack.frames, node)))
         return True
 
-    def _tensorrt(self, text: str, ln: LogLine, rank: int | None, exc: str, m: re.Match[str]) -> OomEvent | None:
-        """A TensorRT allocation failure; None when it only completes the one a few lines above (TensorRT
-        prints the error two or three times, and the size in a warning after it)."""
-        req = int(m.group("req")) if m.group("req") else None
+    def _tensorrt(self, event: OomEvent, ln: LogLine) -> OomEvent | None:
+        """``event``, or None when it only completes the one a few lines above (TensorRT prints the error two or
+        three times, and the size in a warning after it)."""
         last = self._just_before(ln, "tensorrt")
-        if last is not None:
-            if req is not None and last.requested_bytes is None:
-                self.out.ooms[-1] = dataclasses.replace(last, requested_bytes=req)
-            return None
-        where = m.group("where") or (f"{m.group('where7')}::allocate" if m.group("where7") else "")
-        stack = Stack((Frame("tensorrt", ln.lineno, where, text.strip()[:200]),)) if where else Stack()
-        return OomEvent(OomKind.OTHER, ref(self.path, ln), rank, requested_bytes=req, exception=exc,
-                        message_format="tensorrt", stack=stack, truncated=True)
+        if last is None:
+            return event
+        if event.requested_bytes is not None and last.requested_bytes is None:
+            self.out.ooms[-1] = dataclasses.replace(last, requested_bytes=event.requested_bytes)
+        return None
 
     def _just_before(self, ln: LogLine, fmt: str) -> OomEvent | None:
         """The last OOM read, when it is another runtime's (``fmt``) message a few lines above ``ln`` in this
@@ -396,21 +291,14 @@ class TorchOomParser:
         """A llama.cpp / ggml allocation failure; None when the line is not one.  The buffer's own line
         (``failed to allocate CUDA0 buffer``) after the cudaMalloc line of the same size replaces it: one
         failure, and the later line names what the buffer was for."""
-        if "buffer" in text and (m := GGML_BUFFER.search(text)) is not None:
-            dev = m.group("dev") or ""
-            req = int(m.group("req")) if m.group("req") else None
-            kind = OomKind.HOST if dev.startswith("CPU") or "_cpu_" in m.group("func") else OomKind.OTHER
-        elif "MiB on device" in text and (m := GGML_MALLOC.search(text)) is not None:
-            req, kind = int(float(m.group("mib")) * 2**20), OomKind.OTHER
-        else:
+        event = runtime_ooms.ggml_event(text, ref(self.path, ln), rank, exc)
+        if event is None:
             return None
-        stack = Stack((Frame("ggml", ln.lineno, m.group("func"), text.strip()[:200]),))
-        event = OomEvent(kind, ref(self.path, ln), rank, requested_bytes=req, exception=exc, message_format="ggml",
-                         stack=stack, truncated=True)
         last = self._just_before(ln, "ggml")
+        req = event.requested_bytes
         if last is not None and req is not None and last.requested_bytes is not None \
                 and abs(last.requested_bytes - req) <= 2**20:
-            self.out.ooms[-1] = dataclasses.replace(last, stack=stack, kind=kind)
+            self.out.ooms[-1] = dataclasses.replace(last, stack=event.stack, kind=event.kind)
             return None
         return event
 

@@ -1,0 +1,173 @@
+"""Other runtimes' out-of-memory messages, each read into an ``OomEvent``.
+
+TensorFlow, llama.cpp / ggml, TensorRT, ONNX Runtime, PaddlePaddle, XLA
+(JAX, TF/XLA, the TPU runtime), vLLM's cumem allocator and OpenCV print their
+own messages; parsers/torch_oom.py hands every line it is triggered on to
+these readers after PyTorch's own formats.  Where a runtime names the C
+function, op or graph node that failed, it becomes the event's one frame
+(``Frame("<runtime>", line, name, text)``), which analysis/phase.py reads for
+the phase.  Each reader is a pure function of one line; completing an event
+from the lines after it (TensorFlow's graph node, ggml's buffer line,
+TensorRT's size warning) is the parser's, which keeps the events.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..model import Frame, OomEvent, OomKind, SourceRef, Stack
+from ..units import parse_size_or_none
+
+_SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
+
+# the literal words one of these messages always holds (the parser's line trigger)
+TRIGGERS = ("failed to allocate", "unable to allocate", "OOM when allocating", "{{node ", "[[node ",
+            "allocating <= available", "requested buffer of size", "Cannot allocate", "could not be allocated",
+            "Insufficient memory", "RESOURCE_EXHAUSTED", "while trying to allocate", "memory has been allocated",
+            "OutOfMemory", "out of memory")
+
+# PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
+# been allocated and available memory is only 3.625000MB."
+PADDLE = re.compile(rf"Cannot allocate (?P<req>{_SZ}) memory on GPU (?P<dev>\d+), (?:(?P<alloc>{_SZ}) memory has been "
+                    rf"allocated and )?available memory is only (?P<free>{_SZ})")
+# PaddlePaddle 1.x: "paddle.fluid.core.EnforceNotMet: enforce allocating <= available failed, 7433255387 > 366608128"
+PADDLE_ENFORCE = re.compile(r"enforce allocating <= available failed, (?P<req>\d+) > (?P<free>\d+)")
+# ONNX Runtime's arena: "BFCArena::AllocateRawInternal(size_t, bool) Failed to allocate memory for requested buffer of
+# size 8388608000", inside "Non-zero status code returned while running FusedMatMul node. Name:'MatMul_92_...'"
+ORT_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (?P<req>\d+)")
+ORT_NODE = re.compile(r"while running (?P<op>\w+) node\. Name:\s*'(?P<name>[^']+)'")
+# OpenCV's allocator: "cv2.error: OpenCV(4.6.0) /io/opencv/modules/core/src/alloc.cpp:73: error: (-4:Insufficient
+# memory) Failed to allocate 4672512 bytes in function 'OutOfMemoryError'" (host memory, unless a cv::cuda path)
+OPENCV_ALLOC = re.compile(r"\(-4:Insufficient memory\) Failed to allocate (?P<n>\d+) bytes")
+# TensorRT's builder / runtime: "[TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::140] Error Code 2:
+# OutOfMemory (no further information)", TensorRT 7's "../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2
+# (out of memory)", and the warning with the size: "Requested amount of GPU memory (20572012544 bytes) could not be
+# allocated. There may not be enough free memory for allocation to succeed."
+TRT_OOM = re.compile(r"\[(?P<where>[\w.]+::\w+)(?:::\d+)?\] Error Code 2: OutOfMemory|"
+                     r"(?P<where7>\w+)\.cpp \(\d+\) - Cuda Error in allocate: 2 \(out of memory\)|"
+                     r"Requested amount of GPU memory \((?P<req>\d+) bytes\) could not be allocated")
+# a device allocator's own figures (XLA / vLLM's cumem allocator): "... while trying to allocate 671088640 bytes
+# (free: 513736704, total: 85095874560)"
+BYTES_FREE_TOTAL = re.compile(r"while trying to allocate (?P<req>\d+) bytes \(free: (?P<free>\d+), "
+                              r"total: (?P<total>\d+)\)")
+# XLA (JAX, TensorFlow/XLA) without those figures: "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying
+# to allocate 15724724752 bytes." / "... Out of memory allocating 124867611608 bytes.", and the TPU runtime's
+# "RESOURCE_EXHAUSTED: Attempting to allocate 31.06M. That was not possible. There are 58.64M free."
+XLA_OOM = re.compile(r"RESOURCE_EXHAUSTED: (?:Out of memory (?:while trying to allocate|allocating) (?P<req>\d+) bytes|"
+                     r"Attempting to allocate (?P<req2>\d+(?:\.\d+)?[KMGT]?)\. That was not possible\. "
+                     r"There are (?P<free>\d+(?:\.\d+)?[KMGT]?) free)")
+
+# llama.cpp / ggml (llama-cpp-python, ollama): "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size
+# 4733328896", "llama_model_load: error loading model: unable to allocate ROCm0 buffer", "ggml_backend_cuda_buffer_
+# type_alloc_buffer: allocating 4514.05 MiB on device 0: cudaMalloc failed: out of memory".  The C function that
+# failed says what the buffer was for (the graph's compute buffer, the KV cache, the weights): it becomes the
+# event's one frame, for the phase.  A CPU buffer is host memory.
+GGML_BUFFER = re.compile(r"(?:^|\s)(?P<func>\w+): (?:.*?: )?(?:failed to allocate|unable to allocate) (?:(?P<dev>(?:CUDA|ROCm|"
+                         r"Vulkan|Metal|SYCL|CANN|MUSA|CPU)\d*) )?buffer(?: of size (?P<req>\d+)| for (?:the )?kv cache)?")
+GGML_MALLOC = re.compile(r"(?P<func>\w+): allocating (?P<mib>\d+(?:\.\d+)?) MiB on device (?P<dev>\d+): \w+ failed: "
+                         r"out of memory")
+
+# TensorFlow: "Resource exhausted: OOM when allocating tensor with shape[16,112,112,147] and type float on
+# /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc", the op that failed as "OP_REQUIRES failed at
+# fused_batch_norm_op.cc:573" before it, the graph node on the next line ("[[{{node resnet_v1_50/conv1/
+# ExtractImagePatches}}]]").  The request is the shape's size times the type's; the op or node is the event's one
+# frame, for the phase (a gradient op is backward, an optimizer op the step, any other op the forward).
+TF_OOM = re.compile(r"OOM when allocating tensor (?:of shape \[?|with shape\s*\[?)(?P<shape>[\d,\s]*)\]?(?: and type "
+                    r"(?P<dtype>\w+))?(?: on (?P<where>\S+))?(?: by allocator (?P<alloc>\w+))?")
+TF_OP = re.compile(r"OP_REQUIRES failed at (?P<op>[\w.]+?)(?:\.cc|\.h)?:\d+")
+TF_NODE = re.compile(r"\[\[(?:\{\{)?node (?P<node>[\w/.:-]+)")
+TF_DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
+                  "int32": 4, "int64": 8, "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "complex64": 8}
+
+
+def _frame(runtime: str, at: SourceRef, name: str, text: str) -> Stack:
+    return Stack((Frame(runtime, at.line or 0, name, text.strip()[:200]),))
+
+
+def ggml_event(text: str, at: SourceRef, rank: int | None, exc: str) -> OomEvent | None:
+    """A llama.cpp / ggml allocation failure, its C function as the frame; None when the line is not one."""
+    if "buffer" in text and (m := GGML_BUFFER.search(text)) is not None:
+        dev = m.group("dev") or ""
+        req = int(m.group("req")) if m.group("req") else None
+        kind = OomKind.HOST if dev.startswith("CPU") or "_cpu_" in m.group("func") else OomKind.OTHER
+    elif "MiB on device" in text and (m := GGML_MALLOC.search(text)) is not None:
+        req, kind = int(float(m.group("mib")) * 2**20), OomKind.OTHER
+    else:
+        return None
+    return OomEvent(kind, at, rank, requested_bytes=req, exception=exc, message_format="ggml",
+                    stack=_frame("ggml", at, m.group("func"), text), truncated=True)
+
+
+def tensorrt_event(text: str, at: SourceRef, rank: int | None, exc: str) -> OomEvent | None:
+    """A TensorRT allocation failure (the builder's function as the frame, the size when the line holds it);
+    None when the line is not one."""
+    if not ("OutOfMemory" in text or "Cuda Error in allocate" in text or "could not be allocated" in text):
+        return None
+    m = TRT_OOM.search(text)
+    if m is None:
+        return None
+    where = m.group("where") or (f"{m.group('where7')}::allocate" if m.group("where7") else "")
+    return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")) if m.group("req") else None,
+                    exception=exc, message_format="tensorrt",
+                    stack=_frame("tensorrt", at, where, text) if where else Stack(), truncated=True)
+
+
+def tensorflow_event(text: str, at: SourceRef, rank: int | None, exc: str) -> OomEvent | None:
+    """TensorFlow's ``OOM when allocating tensor``: the request from shape × dtype, the op as the frame, the CPU
+    allocator as host memory; None when the line is not one."""
+    if "OOM when allocating" not in text or (m := TF_OOM.search(text)) is None:
+        return None
+    dims = [int(d) for d in re.findall(r"\d+", m.group("shape") or "")]
+    req = None
+    if dims and m.group("dtype") in TF_DTYPE_BYTES:
+        req = TF_DTYPE_BYTES[m.group("dtype")]
+        for d in dims:
+            req *= d
+    where = (m.group("where") or "") + " " + (m.group("alloc") or "")
+    host = "device:CPU" in where or " cpu" in where.lower()
+    op = TF_OP.search(text)
+    return OomEvent(OomKind.HOST if host else OomKind.OTHER, at, rank, requested_bytes=req,
+                    exception=exc or "ResourceExhaustedError", message_format="tensorflow",
+                    stack=_frame("tensorflow", at, op.group("op"), text) if op else Stack(), truncated=True)
+
+
+def tf_node_frame(text: str, lineno: int) -> Frame | None:
+    """The graph node a TensorFlow OOM names on the line after it, as a frame (None: not such a line)."""
+    m = TF_NODE.search(text)
+    return Frame("tensorflow", lineno, m.group("node"), text.strip()[:200]) if m else None
+
+
+def _xla_size(s: str | None) -> int | None:
+    return None if s is None else parse_size_or_none(s + "iB" if s[-1] in "KMGT" else s + " B")
+
+
+def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, stack: Stack) -> OomEvent | None:
+    """PaddlePaddle, ONNX Runtime, a device allocator's free/total figures (XLA, vLLM's cumem), OpenCV and XLA's
+    RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
+    if m := PADDLE_ENFORCE.search(text):
+        return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")), free_bytes=int(m.group("free")),
+                        exception=exc, message_format="paddle", stack=stack, truncated=True)
+    if m := ORT_ARENA.search(text):
+        node = ORT_NODE.search(text)
+        if node is not None:
+            stack = Stack((Frame("onnxruntime", at.line or 0, node.group("name"), node.group("op")),))
+        return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")), exception=exc,
+                        message_format="onnxruntime", stack=stack, truncated=True)
+    if m := PADDLE.search(text):
+        return OomEvent(OomKind.OTHER, at, rank, int(m.group("dev")), requested_bytes=parse_size_or_none(m.group("req")),
+                        allocated_bytes=parse_size_or_none(m.group("alloc")),
+                        free_bytes=parse_size_or_none(m.group("free")), exception=exc, message_format="paddle",
+                        stack=stack, truncated=True)
+    if m := BYTES_FREE_TOTAL.search(text):
+        return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")),
+                        capacity_bytes=int(m.group("total")), free_bytes=int(m.group("free")), exception=exc,
+                        message_format="bytes (free, total)", stack=stack, truncated=True)
+    if m := OPENCV_ALLOC.search(text):
+        gpu = "/cuda" in text or "gpu_mat" in text or "cudev" in text
+        return OomEvent(OomKind.OTHER if gpu else OomKind.HOST, at, rank, None, requested_bytes=int(m.group("n")),
+                        exception=exc or "cv2.error", message_format="opencv", stack=stack, truncated=True)
+    if "RESOURCE_EXHAUSTED" in text and (m := XLA_OOM.search(text)):
+        req = int(m.group("req")) if m.group("req") else _xla_size(m.group("req2"))
+        return OomEvent(OomKind.OTHER, at, rank, requested_bytes=req, free_bytes=_xla_size(m.group("free")),
+                        exception=exc or "XlaRuntimeError", message_format="xla", stack=stack, truncated=True)
+    return None
