@@ -141,6 +141,17 @@ def collection_of(cases: list[Case]) -> np.ndarray:
                      else -1 for c in cases])
 
 
+def print_recall(title: str, classes: list[str], y: np.ndarray, m: np.ndarray, oof: np.ndarray,
+                 mb: np.ndarray, oof_b: np.ndarray) -> None:
+    """Per-cause recall of the two cross-validations: where the weights generalise and where they do not."""
+    print(title)
+    for i, c in enumerate(classes):
+        a, b = m & (y == i), mb & (y == i)
+        if a.sum():
+            print(f"  {c:17s} {int(a.sum()):4d}  {float((oof[a].argmax(1) == i).mean()):.2f} / "
+                  f"{float((oof_b[b].argmax(1) == i).mean()) if b.sum() else float('nan'):.2f}")
+
+
 def groups_of(cases: list[Case], k: int = 5) -> np.ndarray:
     return np.array([int(hashlib.sha256(c.repository.encode()).hexdigest()[:8], 16) % k for c in cases])
 
@@ -190,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"leave-collections-out accuracy {acc_b:.3f} ({len(set(batches[mb]))} collections, "
               f"{int(mb.sum())} cases); temperature {best_t:.2f}, ECE {ece_of(oof_b[mb], y[mb], best_t):.3f} "
               f"(repositories-out ECE at that temperature {ece_of(oof[m], y[m], best_t):.3f})")
+        print_recall("recall by cause, repositories-out / collections-out", classes, y, m, oof, mb, oof_b)
     else:
         best_t = temperature(oof[m], y[m])
         print(f"temperature {best_t:.2f} (repositories-out), ECE {ece_of(oof[m], y[m], best_t):.3f}")

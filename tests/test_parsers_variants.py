@@ -128,6 +128,22 @@ def test_new_message_wrapped():
     assert o.allocated_bytes is not None and o.reserved_unallocated_bytes is not None
 
 
+# unslothai/unsloth#3896's message (dev), wrapped right after "CUDA out of memory."
+def test_new_message_wrapped_before_tried_to_allocate():
+    text = ("OutOfMemoryError: CUDA out of memory. \n"
+            "Tried to allocate 1.02 GiB. GPU 0 has a total capacity of 15.89 GiB of which 137.12 MiB is free. \n")
+    (o,) = parse_text(text).ooms
+    assert o.ref.line == 1 and o.exception == "OutOfMemoryError"
+    assert round(o.requested_bytes / 2**30, 2) == 1.02 and round(o.capacity_bytes / 2**30, 2) == 15.89
+
+
+def test_a_second_message_is_not_glued_to_a_cut_one_far_above():
+    text = ("RuntimeError: CUDA out of memory.\nepoch 1\nstep 2\n"
+            "Tried to allocate 1.02 GiB. GPU 0 has a total capacity of 15.89 GiB of which 137.12 MiB is free.\n")
+    first, second = parse_text(text).ooms
+    assert first.requested_bytes is None and second.ref.line == 4
+
+
 def test_a_following_unrelated_line_is_not_joined():
     (o,) = parse_text(E2E_MLT.split(" (GPU 0;")[0] + "\nEpoch 3 loss 0.2\n").ooms
     assert o.capacity_bytes is None

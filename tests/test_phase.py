@@ -69,3 +69,31 @@ def test_ddp_building_its_gradient_buckets_is_a_model_state():
     ctx = build_context(parse_paths([str(CORPUS / "deepspeedai__DeepSpeed__4715" / "log.txt")]))
     assert ctx.phase.phase is Phase.GRAD_PARTITION and ctx.phase.phase.is_model_state
     assert "DDP" in ctx.phase.why
+
+
+@pytest.mark.parametrize("case", [
+    # https://github.com/chidiwilliams/buzz/issues/439: faster_whisper's WhisperModel "__init__" innermost
+    "chidiwilliams__buzz__439",
+    # https://github.com/Purfview/whisper-standalone-win/issues/50: the same, Markdown made it a bare "init"
+    "Purfview__whisper-standalone-win__50",
+])
+def test_a_traceback_ending_in_a_constructor_is_model_construction(case):
+    ctx = build_context(parse_paths([str(CORPUS / case / "log.txt")]))
+    assert ctx.phase.phase is Phase.MODEL_INIT
+
+
+def test_a_constructor_called_from_a_forward_is_the_forward():
+    frames = (Frame("train.py", 40, "<module>", "loss = model(batch)"),
+              Frame("/site-packages/torch/nn/modules/module.py", 1501, "_call_impl", "return forward_call(*a)"),
+              Frame("mymodel.py", 12, "forward", "h = Block(x)"),
+              Frame("mymodel.py", 5, "__init__", "self.buf = torch.zeros(n, device='cuda')"))
+    assert classify_frames(frames, innermost_first=False, constructors=True).phase is Phase.FORWARD
+    # snapshot frames (every block's allocation site) leave constructors alone
+    assert classify_frames(frames[-1:], innermost_first=False).phase is Phase.UNKNOWN
+
+
+def test_a_serving_engines_constructor_says_nothing():
+    # https://github.com/vllm-project/vllm/issues/22173: LLM.__init__ runs the profile forward and the KV cache
+    frames = (Frame("test.py", 31, "<module>", ""),
+              Frame("/site-packages/vllm/entrypoints/llm.py", 253, "__init__", ""))
+    assert classify_frames(frames, innermost_first=False, constructors=True).phase is Phase.UNKNOWN

@@ -261,7 +261,7 @@ def build_context(ev: Evidence) -> Context:
             frames = near
             notes.append("the OOM message and its traceback were pasted apart; the nearest traceback gives the phase")
     if frames:
-        phase = classify_frames(frames, innermost_first=False)
+        phase = classify_frames(frames, innermost_first=False, constructors=True)
         loc = user_location(frames, innermost_first=False)
     else:
         phase, loc = PhaseMatch(Phase.UNKNOWN), None

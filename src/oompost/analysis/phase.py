@@ -202,13 +202,26 @@ def _is_torch_internal(fr: Frame) -> bool:
     return "/torch/" in f or f.startswith("torch/")
 
 
-def classify_frames(frames: tuple[Frame, ...], innermost_first: bool) -> PhaseMatch:
+# a traceback whose innermost readable frame is a constructor (``__init__``; a forum's Markdown turns it into a
+# bold "init") failed while an object was being built: at start-up, a model or a pipeline taking its weights
+# (faster-whisper's ``WhisperModel.__init__``), unless a frame further out is a forward/backward/generation
+_CONSTRUCTOR = re.compile(r"^(?:__init__|init)$")
+_CONSTRUCTOR_WHY = "a constructor allocating on the GPU (a model or pipeline being built)"
+# serving engines whose constructors also run the model (vLLM's profile run and CUDA-graph capture, sglang's and
+# TensorRT-LLM's warm-up): construction there is weights, activations and the KV cache, so it says nothing
+_ENGINES_THAT_RUN_IN_INIT = ("vllm/", "sglang/", "text_generation_server/", "tensorrt_llm/", "lmdeploy/")
+
+
+def classify_frames(frames: tuple[Frame, ...], innermost_first: bool, constructors: bool = False) -> PhaseMatch:
     """The phase of an allocation whose stack is ``frames``.
 
     A generic "forward" inside torch itself (``nn.Linear.forward``,
     ``F.silu``, ``Module._call_impl``) is weak: the scan goes on outwards to
     the first frame outside torch, which may say more (``lm_head``, the
-    loss, ``generate``)."""
+    loss, ``generate``).  With ``constructors`` (a traceback's frames, which
+    show only the calls that led to the failure), a constructor no marker
+    knows is a weak sign of model construction, overruled by any phase a frame
+    further out names."""
     ordered = frames if innermost_first else tuple(reversed(frames))
     weak: PhaseMatch | None = None
     for fr in ordered:
@@ -216,13 +229,18 @@ def classify_frames(frames: tuple[Frame, ...], innermost_first: bool) -> PhaseMa
             continue
         m = _match(fr)
         internal = _is_torch_internal(fr)
+        if m is None and constructors and weak is None and not internal and _CONSTRUCTOR.match(fr.name):
+            if any(e in fr.filename.replace("\\", "/") for e in _ENGINES_THAT_RUN_IN_INIT):
+                return PhaseMatch(Phase.UNKNOWN)
+            weak = PhaseMatch(Phase.MODEL_INIT, fr, _CONSTRUCTOR_WHY)
+            continue
         if m is None:
-            if weak is not None and not internal:
+            if weak is not None and not internal and weak.why != _CONSTRUCTOR_WHY:
                 return weak
             continue
         ph, why = m
         if ph is Phase.FORWARD and internal:
-            weak = weak or PhaseMatch(ph, fr, why)
+            weak = PhaseMatch(ph, fr, why) if weak is None or weak.why == _CONSTRUCTOR_WHY else weak
             continue
         return PhaseMatch(ph, fr, why)
     return weak or PhaseMatch(Phase.UNKNOWN)

@@ -136,9 +136,13 @@ class TorchOomParser:
             if key in self._seen:
                 continue
             self._seen.add(key)
-            self.out.ooms.append(event)
+            so_far = part.rstrip()
+            if self._completes_cut_message(event, ln):
+                event, so_far = self.out.ooms[-1], self.out.ooms[-1].ref.text
+            else:
+                self.out.ooms.append(event)
             if event.truncated and event.kind in (OomKind.CACHING_ALLOCATOR, OomKind.HIP) and event.requested_bytes:
-                self._wrapped[rank] = [len(self.out.ooms) - 1, part.rstrip(), 6]
+                self._wrapped[rank] = [len(self.out.ooms) - 1, so_far, 6]
 
     # a message wrapped by a terminal, a forum or a logger: its clauses continue on the next lines
     _CONTINUATION = re.compile(r"total capac|already allocated|free;|reserved in total|in total by PyTorch|cached\)|"
@@ -185,6 +189,22 @@ class TorchOomParser:
                 del self._wrapped[rank]
         else:
             del self._wrapped[rank]
+        return True
+
+    def _completes_cut_message(self, event: OomEvent, ln: LogLine) -> bool:
+        """A message wrapped right after "CUDA out of memory." (a forum, a logger, a terminal): its figures start
+        the next line ("Tried to allocate 1.02 GiB. GPU 0 has …").  They complete the event read a line or two
+        above, which keeps its line, exception and stack; True when they did."""
+        last = self.out.ooms[-1] if self.out.ooms else None
+        if last is None or last.message_format != "truncated" or last.requested_bytes is not None \
+                or last.ref.source != self.path or not 0 < ln.lineno - last.ref.line <= 2 \
+                or event.requested_bytes is None or "out of memory" in event.ref.text \
+                or not ln.text.lstrip().startswith("Tried to allocate") or last.rank != event.rank:
+            return False
+        self.out.ooms[-1] = dataclasses.replace(
+            event, ref=dataclasses.replace(last.ref, text=f"{last.ref.text} {ln.raw.strip()}"),
+            stack=last.stack if last.stack.frames else event.stack, exception=last.exception or event.exception,
+            kind=OomKind.HIP if last.kind is OomKind.HIP else event.kind)
         return True
 
     def finish(self) -> None:
