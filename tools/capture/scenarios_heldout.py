@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1123,4 +1123,45 @@ def thirteenth_set() -> list[Scenario]:
                           Run("python", "heldout_loop.py", c + ["--batch_size", "1", "--seq_len", "32"],
                               gpu_gib=24, host_gib=12, capture=False, timeout=420))],
         priority=131))
+    return s
+
+
+def fourteenth_set() -> list[Scenario]:
+    """The fourteenth set (2026-12-04, sixth session): fragmentation, the cause the held-out captures had least
+    of (two of 36), on architectures no fragmentation capture used — a GPT-NeoX shape (Pythia-410M: parallel
+    attention, 50k vocabulary, fp32 weights) and a Llama-3.2-1B shape in pure bf16 (128k vocabulary, tied
+    embeddings), both with dynamic padding; defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- fragmentation, Pythia-410M dynamic padding
+    p = ["--model", "pythia-410m", "--init_device", "cuda", "--batch_size", "4", "--seq_len", "1024",
+         "--min_seq_len", "32", "--steps", "30"]
+    s.append(Scenario(
+        "fragmentation_pythia410m_dynamic_padding",
+        "Plain PyTorch causal-LM fine-tune of a Pythia-410M-shaped model (GPT-NeoX, 405M, fp32 weights, bf16 "
+        "autocast, AdamW) with dynamic padding (4 documents of 32-1024 tokens, each batch padded to its longest), "
+        "so every step's activations and logits have new sizes. The memory cap is set just above what the same "
+        "run needs with expandable_segments:True, which completes under it.",
+        {"cause": "fragmentation", "sub_cause": None,
+         "why": "the request fits in reserved-but-unallocated plus the rest of the allowance, but no free block "
+                "is large enough; expandable_segments:True completes the same run under the same cap"},
+        Run("python", "heldout_loop.py", p, gpu_gib=40, host_gib=8, max_entries=12000, timeout=200),
+        priority=140, fragmentation_search=True,
+        search_variants=[p, p + ["--seed", "7"], p + ["--seed", "99"]]))
+
+    # ---------------------------------------------------------------- fragmentation, Llama-3.2-1B bf16 padding
+    q = ["--model", "llama3.2-1b", "--model_dtype", "bfloat16", "--init_device", "cuda", "--batch_size", "4",
+         "--seq_len", "1024", "--min_seq_len", "32", "--steps", "30"]
+    s.append(Scenario(
+        "fragmentation_llama3.2_1b_bf16_dynamic_padding",
+        "Plain PyTorch causal-LM fine-tune of a Llama-3.2-1B-shaped model (1.2B, GQA, 128,256-token vocabulary) "
+        "built in bf16 (as from_pretrained(torch_dtype=torch.bfloat16) gives), AdamW, with dynamic padding (4 "
+        "documents of 32-1024 tokens, each batch padded to its longest). The memory cap is set just above what "
+        "the same run needs with expandable_segments:True, which completes under it.",
+        {"cause": "fragmentation", "sub_cause": None,
+         "why": "the request fits in reserved-but-unallocated plus the rest of the allowance, but no free block "
+                "is large enough; expandable_segments:True completes the same run under the same cap"},
+        Run("python", "heldout_loop.py", q, gpu_gib=40, host_gib=10, max_entries=12000, timeout=200),
+        priority=141, fragmentation_search=True,
+        search_variants=[q, q + ["--seed", "7"], q + ["--seed", "99"]]))
     return s
