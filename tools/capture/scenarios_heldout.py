@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1164,4 +1164,68 @@ def fourteenth_set() -> list[Scenario]:
         Run("python", "heldout_loop.py", q, gpu_gib=40, host_gib=10, max_entries=12000, timeout=200),
         priority=141, fragmentation_search=True,
         search_variants=[q, q + ["--seed", "7"], q + ["--seed", "99"]]))
+    return s
+
+
+def fifteenth_set() -> list[Scenario]:
+    """The fifteenth set (2026-12-04, sixth session): DeepSpeed, the runs oompost is first built for, on shapes
+    its DeepSpeed captures never used — a ZeRO-2 activation spike (a Qwen2.5-0.5B shape whose 151,936-token
+    logits meet one long document) and a ZeRO-2 + optimizer-offload capacity run (a Qwen2.5-3B shape whose bf16
+    weights and gradients alone exceed a 12 GB card).  Needs the DeepSpeed wheels
+    (../shared/tools/device-wheels.sh); defined before it ran and scored as it came."""
+    from scenarios import ds_zero2
+
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- activation_spike, ZeRO-2, long document
+    q = ["--model", "qwen2.5-0.5b", "--init_device", "cuda", "--emulate_card", "rtx4090",
+         "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2", "--max_seq_length", "512",
+         "--max_steps", "6"]
+    s.append(Scenario(
+        "activation_spike_zero2_qwen2.5_0.5b_long_doc_4090_24g",
+        "DeepSpeed ZeRO-2 (bf16, no offload) fine-tune of a Qwen2.5-0.5B-shaped model (494M) on a 24 GB RTX 4090 "
+        "at micro-batch 4 x 512 tokens; at step 3 one 8,192-token document pads its micro-batch to 4 x 8192 and "
+        "the 151,936-token logits (and their fp32 loss) no longer fit. The same run without the long document "
+        "completes; with expandable_segments:True the long batch fails the same way.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states (494M under ZeRO-2 at world size 1, about 8 GiB) fit and the ordinary steps ran; "
+                "the 4 x 8192 micro-batch's logits do not (without it the run completes under the same cap, and "
+                "expandable_segments:True does not help: not fragmentation)"},
+        Run("deepspeed", "train.py", q + ["--long_batch_at_step", "3", "--long_batch_length", "8192"],
+            ds_config=ds_zero2(micro=4, gas=2), gpu_gib=24.2, host_gib=10, timeout=300, max_entries=10000),
+        counterfactuals=[("no long document: every micro-batch 4 x 512 (same cap)",
+                          Run("deepspeed", "train.py", q, ds_config=ds_zero2(micro=4, gas=2), gpu_gib=24.2,
+                              host_gib=10, timeout=300, capture=False)),
+                         ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (same cap, long document)",
+                          Run("deepspeed", "train.py", q + ["--long_batch_at_step", "3", "--long_batch_length",
+                                                            "8192"],
+                              env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+                              ds_config=ds_zero2(micro=4, gas=2), gpu_gib=24.2, host_gib=10, timeout=300,
+                              capture=False))],
+        priority=150))
+
+    # ---------------------------------------------------------------- capacity, ZeRO-2 + offload, Qwen2.5-3B, 12 GB
+    c = ["--model", "qwen2.5-3b", "--init_device", "cuda", "--skip_weight_init", "--emulate_card", "rtx3060-12g",
+         "--max_steps", "3"]
+    s.append(Scenario(
+        "capacity_zero2_offload_qwen2.5_3b_3060_12g",
+        "DeepSpeed ZeRO-2 with offload_optimizer to the CPU, full fine-tune of a Qwen2.5-3B-shaped model (3.1B, "
+        "bf16) on a 12 GB RTX 3060 at micro-batch 2 x 512: the optimizer state lives on the host, but the bf16 "
+        "weights (5.8 GiB) and ZeRO-2's bf16 gradient partition (5.8 GiB at world size 1) stay on the GPU and "
+        "exceed the card. The same run at micro-batch 1 x 64 tokens fails too.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "3.1B parameters x (2 bytes of bf16 weights + 2 bytes of bf16 gradients) = 11.5 GiB on the GPU "
+                "with the optimizer offloaded, more than the 11.76 GiB allowed leaves once anything else is "
+                "allocated, whatever the batch: micro-batch 1 x 64 fails too"},
+        Run("deepspeed", "train.py", c + ["--per_device_train_batch_size", "2", "--gradient_accumulation_steps",
+                                          "2", "--max_seq_length", "512"],
+            ds_config=ds_zero2(micro=2, gas=2, offload_optimizer=True), gpu_gib=12.3, host_gib=48, timeout=420,
+            max_entries=8000),
+        counterfactuals=[("micro-batch 1 x 64 tokens, gradient accumulation 1 (same cap)",
+                          Run("deepspeed", "train.py", c + ["--per_device_train_batch_size", "1",
+                                                            "--gradient_accumulation_steps", "1",
+                                                            "--max_seq_length", "64"],
+                              ds_config=ds_zero2(micro=1, gas=1, offload_optimizer=True), gpu_gib=12.3,
+                              host_gib=48, timeout=420, capture=False))],
+        priority=151))
     return s
