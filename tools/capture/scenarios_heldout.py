@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1228,4 +1228,57 @@ def fifteenth_set() -> list[Scenario]:
                               ds_config=ds_zero2(micro=1, gas=1, offload_optimizer=True), gpu_gib=12.3,
                               host_gib=48, timeout=420, capture=False))],
         priority=151))
+    return s
+
+
+def sixteenth_set() -> list[Scenario]:
+    """The sixteenth set (2026-12-04, sixth session): PyTorch FSDP2 (``fully_shard`` per decoder layer, bf16
+    compute, fp32 reduction), a driver no capture had used, launched with torchrun (world size 1: nothing is
+    sharded, as on N GPUs for a model N times larger) — a capacity run (a Qwen2.5-3B shape whose fp32 weights,
+    gradients and AdamW moments exceed a 40 GB A100) and a spike (a Llama-3.2-1B shape meeting one long document
+    on the same card); defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- capacity, FSDP2, Qwen2.5-3B, 40 GB
+    c = ["--model", "qwen2.5-3b", "--emulate_card", "a100-40g", "--steps", "3"]
+    s.append(Scenario(
+        "capacity_fsdp2_qwen2.5_3b_a100_40g",
+        "FSDP2 (fully_shard, bf16 compute, fp32 reduction) full fine-tune of a Qwen2.5-3B-shaped model (3.1B, "
+        "fp32 parameters) with AdamW on a 40 GB A100 at 2 x 512 tokens, launched with torchrun at world size 1: "
+        "fp32 weights and gradients (2 x 11.5 GiB) and AdamW's two moments (another 23 GiB) exceed the card. The "
+        "same run at 1 x 32 tokens fails too.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "3.1B parameters x 16 bytes (fp32 weights, gradients and two AdamW moments) = 46 GiB > the 40 GB "
+                "card, whatever the batch: 1 x 32 tokens fails too"},
+        Run("torchrun", "fsdp_loop.py", c + ["--batch_size", "2", "--seq_len", "512"], gpu_gib=40.5, host_gib=10,
+            timeout=300, max_entries=8000),
+        counterfactuals=[("1 x 32 tokens (same cap): oom too",
+                          Run("torchrun", "fsdp_loop.py", c + ["--batch_size", "1", "--seq_len", "32"],
+                              gpu_gib=40.5, host_gib=10, capture=False, timeout=300))],
+        priority=160))
+
+    # ---------------------------------------------------------------- activation_spike, FSDP2, Llama-3.2-1B
+    q = ["--model", "llama3.2-1b", "--emulate_card", "a100-40g", "--batch_size", "4", "--seq_len", "512",
+         "--steps", "5"]
+    s.append(Scenario(
+        "activation_spike_fsdp2_llama3.2_1b_long_doc_a100_40g",
+        "FSDP2 (fully_shard, bf16 compute, fp32 reduction) fine-tune of a Llama-3.2-1B-shaped model (1.2B, fp32 "
+        "parameters, 128,256-token vocabulary) with AdamW on a 40 GB A100, launched with torchrun: ordinary "
+        "batches are 4 x 512 tokens; at step 3 one 8,192-token document pads the batch to 4 x 8192 and its "
+        "logits no longer fit. The same run without the long document completes; with expandable_segments:True "
+        "the long batch fails the same way.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states (1.24B x 16 bytes = 18.5 GiB) fit and two steps ran; the 4 x 8192 batch's logits "
+                "do not (without it the run completes under the same cap; expandable_segments:True does not "
+                "help: not fragmentation)"},
+        Run("torchrun", "fsdp_loop.py", q + ["--long_doc_step", "3", "--long_doc_len", "8192"], gpu_gib=40.5,
+            host_gib=10, timeout=300, max_entries=10000),
+        counterfactuals=[("no long document: every batch 4 x 512 (same cap)",
+                          Run("torchrun", "fsdp_loop.py", q, gpu_gib=40.5, host_gib=10, capture=False,
+                              timeout=300)),
+                         ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (same cap, long document)",
+                          Run("torchrun", "fsdp_loop.py", q + ["--long_doc_step", "3", "--long_doc_len", "8192"],
+                              env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, gpu_gib=40.5,
+                              host_gib=10, capture=False, timeout=300))],
+        priority=161))
     return s
