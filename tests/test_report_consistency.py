@@ -254,3 +254,18 @@ def test_predictions_outside_the_measured_range_say_so(tmp_path):
     assert priced and all("torch 2.4.1 (measured: 2.11)" in x.note for x in priced)
     inside = oompost.analyze([seed / "run.log", seed / "ds_config.json"])
     assert "measured range" not in inside.summary
+
+
+def test_a_batch_larger_than_every_logged_step_is_not_priced_at_the_logged_shape():
+    """sample_logs/activation_spike_fsdp2_llama3.2_1b_long_doc_a100_40g: one 8,192-token document after 4 x 512
+    steps.  Gradient checkpointing, priced at the logged shape as fitting, failed on the GPU (its capture.json's
+    rerun_validation); the report prices nothing it cannot see and puts the cap on the longest sample first."""
+    name = "activation_spike_fsdp2_llama3.2_1b_long_doc_a100_40g"
+    report = oompost.analyze([str(SAMPLES / name)])
+    assert json.loads((SAMPLES / name / "capture.json").read_text())["rerun_validation"]["outcome"] == "oom"
+    assert report.rerun is None
+    j = report.to_json()
+    fixes = j["fixes"]
+    assert fixes[0]["key"] == "max_seq_length"
+    assert not any(f["basis"] == "model" for f in fixes)
+    assert any("not priced: the batch that failed" in f["note"] for f in fixes)

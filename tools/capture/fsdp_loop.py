@@ -40,7 +40,8 @@ def main() -> int:
     p.add_argument("--long_doc_step", type=int, default=None,
                    help="scenario: at this step one document is --long_doc_len tokens (the batch is padded to it)")
     p.add_argument("--long_doc_len", type=int, default=8192)
-    p.add_argument("--activation_checkpointing", action="store_true")
+    p.add_argument("--activation_checkpointing", "--gradient_checkpointing", dest="activation_checkpointing",
+                   action="store_true", help="recompute each decoder layer in backward (HF gradient checkpointing)")
     add_scenario_args(p, max_entries=15000)
     args = p.parse_args()
 

@@ -91,9 +91,10 @@ def cmd_plan(out: str, only: set[str] | None = None) -> int:
             cap = json.loads((d / "capture.json").read_text())["fragmentation_search"]["chosen"]["cap_gib"]
             args += ["--memory_limit_gib", str(cap)]
         args = [a for a in args if a not in ("--oompost_capture",)]
-        if "--max_steps" in args:
-            i = args.index("--max_steps")
-            args[i + 1] = str(max(20, int(args[i + 1]) if args[i + 1].isdigit() else 20))
+        for flag in ("--max_steps", "--steps"):        # train.py / hf_trainer.py; heldout_loop.py / fsdp_loop.py
+            if flag in args:
+                i = args.index(flag)
+                args[i + 1] = str(max(20, int(args[i + 1]) if args[i + 1].isdigit() else 20))
         specs.append({
             "name": sc.name, "launcher": run.launcher, "script": run.script, "args": args,
             "env": {**run.env, **(rr.get("env") or {})},
@@ -125,8 +126,8 @@ def _budget_gib(args: list[str], rr: dict) -> float:
 
 
 # "step 3/20 | ..." (train.py), "step 3 | ..." (plain_loop.py, seq2seq.py), "step 3: ..." (gen_eval_accelerate.py,
-# after a tqdm bar on the same line)
-_STEP = re.compile(r"(?:^|[\r\]])step (\d+)(?:/\d+)?[ :]")
+# after a tqdm bar on the same line), "[rank0] step:  3  loss: ..." (fsdp_loop.py, as torchtitan-style recipes log)
+_STEP = re.compile(r"(?:^|[\r\]]|\] )step:? +(\d+)(?:/\d+)?[ :]")
 _HF_STEP = re.compile(r"'loss':|\{'train_runtime'")
 
 

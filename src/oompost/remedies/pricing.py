@@ -16,6 +16,7 @@ from typing import Any
 from ..analysis.context import Context, make_train_setup
 from ..analysis.whatif import WhatIf
 from ..estimate.memory import Estimate, TrainSetup, estimate
+from ..units import fmt_bytes
 
 MARGIN = 0.90          # a plan must stay under this share of the limit ("fits")
 HEADROOM_WARN = 0.02   # a replay that ends less than 2 % under the limit is flagged
@@ -48,6 +49,34 @@ class Pricer:
                 self._cache[key] = None
         est = self._cache[key]
         return None if est is None else WhatIf(label, dict(overrides), est)
+
+    def blind_spot(self) -> str | None:
+        """Why no setting can be priced for this failure, or None.  The failing step was larger than the
+        inputs describe when the memory model fits the configuration as the inputs show it under the limit
+        while live memory at the OOM was more than 1.3x the peak of every step that ran (one long document):
+        a price for the logged shape says nothing about the batch that failed.  Two long-document captures
+        (sample_logs/activation_spike_fsdp2_* and *_compiled_long_doc_*) showed it: gradient checkpointing,
+        priced at the logged shape as fitting, failed on the GPU."""
+        if "blind" not in self._cache:
+            self._cache["blind"] = self._blind_spot()
+        return self._cache["blind"]
+
+    def _blind_spot(self) -> str | None:
+        from ..analysis.steps import max_peak_allocated
+
+        ctx = self.ctx
+        s = ctx.setup
+        prior = max_peak_allocated(ctx.steps)
+        A = ctx.oom.allocated_bytes if ctx.oom is not None else None
+        L = ctx.limit_bytes
+        if ctx.spec is None or not (prior and A and L) or A <= 1.3 * prior:
+            return None
+        as_logged = self.what_if("as the inputs show it")
+        if as_logged is None or as_logged.peak > L:
+            return None
+        return (f"the batch that failed needed {A / prior:.1f}x the memory of every step that ran, and its shape "
+                f"is not in the inputs (the memory model puts the logged shape at {fmt_bytes(as_logged.peak)}, "
+                f"under the {fmt_bytes(L)} limit)")
 
     def same_config(self, a: dict[str, Any], b: dict[str, Any]) -> bool:
         """Whether two override sets describe one configuration."""

@@ -190,6 +190,9 @@ def _price(ctx: Context, pricer: Pricer, x: Fix) -> tuple[int | None, str, str, 
     over = fix_overrides(ctx, x)
     if over is None:
         return None, "", "", ""
+    blind = pricer.blind_spot()
+    if blind is not None:
+        return None, "", "", "not priced: " + blind
     w = pricer.what_if(x.key, **over)
     if w is None:
         return None, "", "", ""

@@ -159,6 +159,10 @@ def _batch_search(ctx: Context, d: _Draft, allow_ckpt: bool) -> bool:
         if fits(w, L, MARGIN):
             best = (m, c, w)
             break
+    if d.pricer.blind_spot() is not None:
+        # the batch that failed was larger than any the inputs describe: no setting can be priced for it.
+        # The finding's own fixes (cap the longest document, a chunked loss) stand; no plan is invented
+        return False
     if ctx.spec is None:
         # no model size, so no prediction: the generic move, said as such
         if not ckpt:
@@ -182,6 +186,10 @@ def _batch_search(ctx: Context, d: _Draft, allow_ckpt: bool) -> bool:
             return False
         return _capacity(ctx, d)
     m, c, w = best
+    if s.get("micro_batch") is None or s.get("seq_len") is None:
+        d.assumed = _assumed(ctx)
+        d.notes.append("the micro-batch or the sequence length is not in the inputs: the prediction assumes "
+                       + "; ".join(a for a in d.assumed if "(assumed)" in a))
     new_gas = gas * mb // m if mb % m == 0 else gas * -(-mb // m)
     if m != mb:
         _set_batch(ctx, d, m, new_gas)

@@ -80,7 +80,7 @@ class ActivationSpike:
         if o.requested_bytes and ru is not None and h is not None and o.requested_bytes > ru + h:
             signals.append(("even unfragmented, the request does not fit", 0.05))
         sub = self._sub(ctx)
-        fixes = list(RUNTIME_FIXES[ctx.own_runtime]) if ctx.own_runtime else self._fixes(ctx, sub)
+        fixes = list(RUNTIME_FIXES[ctx.own_runtime]) if ctx.own_runtime else self._fixes(ctx, sub, spike)
         numbers += [(k, v) for k, v in self._shape(ctx)]
         return [Finding(
             self.code, self.cause, {"kv_cache": "The KV cache of generation does not fit",
@@ -123,10 +123,17 @@ class ActivationSpike:
         return out
 
     @staticmethod
-    def _fixes(ctx: Context, sub: str | None) -> list[Fix]:
+    def _fixes(ctx: Context, sub: str | None, spike: bool = False) -> list[Fix]:
         s = ctx.setup
         L = ctx.limit_bytes
         out: list[Fix] = []
+        if spike and sub != "kv_cache":
+            # one batch far larger than every step that ran: its longest sample is the change that removes it
+            # (checkpointing leaves the logits and the fp32 loss of a long document in place: two
+            # long-document captures failed with it on the GPU and completed with the documents truncated)
+            out.append(Fix("trainer_arg", "max_seq_length", "cap it at the longest that ran (or drop overlong "
+                           "samples)", "one sample made this batch far larger than every step that ran; capped, "
+                           "every batch stays the shape that fitted"))
         mb = int(s.get("micro_batch", 1) or 1)
         gas = int(s.get("grad_accum", 1) or 1)
 
@@ -154,7 +161,7 @@ class ActivationSpike:
         if sub == "logits" or (ctx.spec is not None and ctx.spec.vocab >= 100_000):
             out.append(Fix("code", "chunked cross-entropy", "e.g. Liger kernel's fused linear cross-entropy",
                            "fp32 logits and their gradient take ~12 bytes × batch × seq × vocabulary"))
-        if s.get("seq_len") is not None:
+        if s.get("seq_len") is not None and not (spike and sub != "kv_cache"):
             out.append(Fix("trainer_arg", "max_seq_length", "cap it (or pack sequences)",
                            "one long document pads the whole batch to its length"))
         return out

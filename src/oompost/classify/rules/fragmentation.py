@@ -57,8 +57,8 @@ class Fragmentation:
         # the limit, 3 of 50 such OOMs were fragmentation (from 10 %, 38 of 54: a large slack is the ordinary
         # case, already weighed by the verdict model's oom.reserved_unallocated_large)
         L = ctx.limit_bytes
-        if L:
-            share = (ru + H) / L
+        share = (ru + H) / L if L else None
+        if share is not None:
             if share < 0.02:
                 signals.append((f"everything still free ({b(ru + H)}) is {share:.1%} of {limit_label(ctx)}: the rest "
                                 "of the step cannot fit in it even in one piece", -0.3))
@@ -93,9 +93,13 @@ class Fragmentation:
             numbers.append(("peak allocated in earlier steps", b(prior)))
             if prior >= A + R:
                 signals.append((f"earlier steps already held {b(prior)} ≥ allocated + request", 0.25))
-            elif A > 1.3 * prior and exp and not exp[0].oom:
+            elif A > 1.3 * prior and exp and not exp[0].oom and (share is None or share >= 0.035):
                 # both can hold (DESIGN: the order then decides): the replay without the layout problem
-                # serves this larger step as far as it was recorded
+                # serves this larger step as far as it was recorded, and there is room for the rest of it.
+                # With less than 3.5 % of the limit still free the replay's success says nothing: it ends at
+                # the OOM, and the larger step still has the rest of its forward and backward to allocate (every
+                # fragmentation capture failed with 6.5 % or more free; the larger-step spikes whose replay
+                # served the request, with 1.9-3.5 %)
                 signals.append((f"live memory ({b(A)}) is {A / max(prior, 1):.1f}x the earlier peak: a larger "
                                 "step, which the expandable-segments replay still serves", -0.1))
             elif A > 1.3 * prior:
