@@ -373,9 +373,13 @@ def test_exception_message_on_the_following_lines():
 
 
 def test_memory_series_in_bytes_and_host_figures():
-    for shape in ("after iteration {i}: {v} bytes allocated", "allocated={v}", "RAM: {v}%", "rss {v}"):
+    for shape in ("after iteration {i}: {v} bytes allocated", "allocated={v}"):
         text = "".join(shape.format(i=i, v=1000 + 100 * i) + "\n" for i in range(5))
         assert parse_text(text).fact("cue.memory_growing") is not None, shape
+    for shape in ("RAM: {v}%", "rss {v}"):              # the host's memory: its own cue (host_oom, not leak)
+        text = "".join(shape.format(i=i, v=1000 + 100 * i) + "\n" for i in range(5))
+        ev = parse_text(text)
+        assert ev.fact("cue.host_memory_growing") is not None and ev.fact("cue.memory_growing") is None, shape
     assert parse_text("".join(f"param count {1000 + i}\n" for i in range(5))).fact("cue.memory_growing") is None
 
 
@@ -466,3 +470,56 @@ def test_an_oom_message_that_says_please_set_is_still_an_oom():
     line = ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB. Please set max_split_size_mb: the "
             "configuration file is ignored")       # arranged: an OOM line holding the config words
     assert FailureKind.CONFIG_VALIDATION not in kinds(line)
+
+
+# AgentR1/Agent-R1#33 (dev): a Ray worker gone under Kubernetes with no exit code
+def test_a_ray_worker_past_its_k8s_pod_memory_limit_is_a_host_oom_kill():
+    line = ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+            "Worker exits unexpectedly. Worker exits with an exit code None. The worker may have exceeded K8s pod "
+            "memory limits.")
+    assert FailureKind.HOST_OOM_KILL in kinds(line)
+
+
+# neuralmagic/sparseml#152 (dev): the poster replaced the pid with a placeholder
+def test_a_dataloader_worker_kill_with_a_placeholder_pid():
+    assert FailureKind.KILLED in kinds("RuntimeError: DataLoader worker (pid <worker_pid>) is killed by signal: Killed.")
+
+
+# dhcode-cpp/X-R1#22 (dev): TRL's GRPO batch check, quoted with "> "
+def test_a_batch_divisibility_valueerror_is_a_config_error():
+    line = ("> ValueError: The global train batch size (3 x 1) must be evenly divisible by the number of generations "
+            "per prompt (4). Given the current train batch size, the valid values for the number of generations "
+            "are: [3].")
+    assert FailureKind.CONFIG_VALIDATION in kinds(line)
+
+
+# ml-explore/mlx-examples#70 (dev): Apple MLX's Metal allocator
+def test_mlx_unable_to_allocate_is_a_device_oom():
+    (o,) = parse_text("`libc++abi: terminating due to uncaught exception of type std::runtime_error: [malloc_or_wait] "
+                      "Unable to allocate 12 bytes.`\n").ooms
+    assert o.message_format == "mlx" and o.requested_bytes == 12
+
+
+# pytorch/pytorch#62066 (dev): host RAM printed every step, rising, and no failure line
+def test_a_rising_host_ram_series_is_host_memory_not_a_gpu_leak():
+    text = "".join(f"Epoch: {e}, step: {s}, RAM used: {v} GB\n" for e, s, v in (
+        (0, 0, "14.45"), (0, 1, "14.44"), (0, 2, "14.44"), (1, 0, "14.46"), (1, 1, "14.46"), (1, 2, "14.46"),
+        (2, 0, "14.47"), (2, 1, "14.47"), (2, 2, "14.47"), (3, 0, "25.24"), (3, 1, "25.24")))
+    ev = parse_text(text)
+    assert ev.fact("cue.host_memory_growing") is not None and ev.fact("cue.memory_growing") is None
+    import oompost
+    from pathlib import Path
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "run.log"
+        p.write_text(text)
+        assert oompost.analyze([str(p)]).cause == "host_oom"
+
+
+# huggingface/peft#1703 (dev) without its "Last error:" header line: the CUDA failure under the NCCL error
+def test_nccls_cuda_failure_text_counts_without_its_last_error_header():
+    text = ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1691, unhandled cuda error (run "
+            "with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n"
+            "ncclUnhandledCudaError: Call to CUDA function failed.\n"
+            "Cuda failure 2 'out of memory'\n")
+    assert FailureKind.NCCL_CUDA_OOM in kinds(text)

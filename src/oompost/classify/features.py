@@ -50,7 +50,7 @@ FEATURES = (
     "phase.model_state", "phase.optimizer_step", "phase.activation", "phase.loss", "phase.generation",
     "phase.comm", "phase.checkpoint_load", "phase.retained_outputs", "phase.unknown",
     "cue.model_loading", "cue.training_progress", "cue.evaluation", "cue.serving", "cue.generation",
-    "cue.memory_report", "cue.memory_growing", "cue.multi_process", "cue.long_run",
+    "cue.memory_report", "cue.memory_growing", "cue.host_memory_growing", "cue.multi_process", "cue.long_run",
     "cue.progress_before_oom", "cue.loading_before_oom", "steps.some", "steps.growing", "snapshot",
     "ds_config",
 )
@@ -118,6 +118,7 @@ def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> di
     f["fail.launcher_kill"] = 1.0 if ctx.silent_kill is not None else 0.0
     f["fail.none"] = 1.0 if o is None and not kinds and not f["fail.launcher_kill"] and not any(
         getattr(e, "exitcode", 0) not in (0, None) for e in ev.exits) and ev.fact("cue.memory_growing") is None \
+        and ev.fact("cue.host_memory_growing") is None \
         and not ctx.steps else 0.0
     ph = ctx.phase.phase
     if o is not None:
@@ -140,7 +141,7 @@ def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> di
         else:
             f["phase.unknown"] = 1.0
     for name in ("model_loading", "training_progress", "evaluation", "serving", "generation", "memory_report",
-                 "memory_growing", "multi_process", "long_run"):
+                 "memory_growing", "host_memory_growing", "multi_process", "long_run"):
         if ev.fact(f"cue.{name}") is not None:
             f[f"cue.{name}"] = 1.0
     if o is not None and o.ref.line is not None:

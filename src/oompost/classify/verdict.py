@@ -91,7 +91,7 @@ def message_only(f: dict[str, float]) -> bool:
     """The verdict rests on an OOM message alone (its numbers and which device failed)."""
     if not (f.get("oom.gpu", 0.0) or f.get("oom.host", 0.0)) or not f.get("phase.unknown", 0.0):
         return False
-    return not any(v > 0 for k, v in f.items() if k.startswith(("rule.", "steps.", "cue.memory_growing"))) and not (
+    return not any(v > 0 for k, v in f.items() if k.startswith(("rule.", "steps.", "cue.memory_growing", "cue.host_memory_growing"))) and not (
         f.get("snapshot", 0.0) or f.get("ds_config", 0.0))
 
 

@@ -136,7 +136,8 @@ def _parse_text(path: str, kind: InputKind, out: EvidenceBuilder, sniff_note: st
 def _counts(out: EvidenceBuilder) -> dict[str, int]:
     return {"ooms": len(out.ooms), "failures": len(out.failures), "exits": len(out.exits),
             # cues say where a run was, not what happened to it; a rising memory series is evidence
-            "facts": sum(1 for f in out.facts if not f.name.startswith("cue.") or f.name == "cue.memory_growing"),
+            "facts": sum(1 for f in out.facts if not f.name.startswith("cue.")
+                         or f.name in ("cue.memory_growing", "cue.host_memory_growing")),
             "memory": len(out.memory), "ds": len(out.ds_configs),
             "ds_facts": sum(1 for f in out.facts if f.name.startswith("deepspeed")),
             "nccl": sum(1 for f in out.failures if f.kind.value.startswith("nccl"))

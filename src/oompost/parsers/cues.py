@@ -65,6 +65,10 @@ _FIGURE = re.compile(r"(?<![\d,])(?P<v>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)
                      r"(?:alloc(?:ated)?|memory|mem|reserved|\bv?ram\b|\brss\b|\bcurrent\b)(?:[^\d|]|\(\d+\)){0,20}"
                      r"(?P<v2>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?![\d.)])", re.I)
 _UNIT = {"k": 2**10, "m": 2**20, "g": 2**30}
+# a figure of the host's memory, by the words printed beside it ("RAM used", "RSS", "cpu memory", free's "Mem:")
+HOST_SERIES = re.compile(r"\bRAM\b|\brss\b|\bRSS\b|[Rr]esident|\b(?:host|cpu|CPU|system|System) ?mem|^Mem:|psutil|"
+                         r"virtual_memory|\bswap\b", re.M)
+GPU_WORDS = re.compile(r"\b(?:GPU|gpu|cuda|CUDA|VRAM|vram)")
 _NUMS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
 
 
@@ -374,10 +378,14 @@ class CueParser(SentinelParser):
 
     def _grew(self, shape: str, vals: list[float]) -> None:
         """``cue.memory_growing`` (how many readings, at the series' first line) and
-        ``cue.memory_growing_range`` (its first and last figure as printed, at its last line)."""
+        ``cue.memory_growing_range`` (its first and last figure as printed, at its last line); a series of the
+        host's memory (RAM, RSS, ``free``'s "Mem:" row) is ``cue.host_memory_growing`` instead: host RAM that
+        runs out is host_oom (DESIGN.md), whatever grew in it."""
         first = self._series_ln.get(shape) or self._query_ln
         if first is None:
             return
-        self.out.fact("cue.memory_growing", len(vals), ref(self.path, first))
+        name = "cue.host_memory_growing" if HOST_SERIES.search(shape) and not GPU_WORDS.search(shape) \
+            else "cue.memory_growing"
+        self.out.fact(name, len(vals), ref(self.path, first))
         last = self._series_last.get(shape, first)
-        self.out.fact("cue.memory_growing_range", (vals[0], vals[-1]), ref(self.path, last))
+        self.out.fact(name + "_range", (vals[0], vals[-1]), ref(self.path, last))

@@ -29,7 +29,8 @@ CONFIG_TEXTS = ("Check batch related parameters", "train_batch_size is not equal
                 "deprecated version of ZeRO Stage 1", "Cannot provide deprecated parameter",
                 "Duplicate GPU detected", "zero_force_ds_cpu_optimizer", "invalid device ordinal",
                 "is not compatible with", "No CUDA GPUs are available", "compiled without GPU support",
-                "cannot be used with", "is only supported", "must be divisible by", "not supported with",
+                "cannot be used with", "is only supported", "must be divisible by", "must be evenly divisible by",
+                "not supported with",
                 "Please correct the following DeepSpeed config values")
 CONFIG_EXC = ("DeepSpeedConfigError", "ZeRORuntimeException")
 # pydantic: "1 validation error for DeepSpeedZeroConfig: stage3_prefetch_bucket_size; Input should be ...

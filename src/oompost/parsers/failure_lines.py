@@ -23,7 +23,9 @@ from .nccl import KIND_BY_RESULT, result_from_desc
 _RAY_MONITOR = re.compile(r"killed due to the node running low on memory|killed due to memory pressure \(OOM\)|"
                           r"RayOutOfMemoryError: More than \d+% of the memory|"
                           # the kill report's pointer to Ray's OOM-prevention page (printed with every kill)
-                          r"docs\.ray\.io/\S*ray-oom-prevention")
+                          r"docs\.ray\.io/\S*ray-oom-prevention|"
+                          # a worker that vanished under Kubernetes (no exit code): Ray names the pod's memory limit
+                          r"worker may have exceeded K8s pod memory limits")
 
 # vLLM's start-up checks, with the setting each one names
 _VLLM_CHECKS = ((re.compile(r"Free memory on device \((?P<v>[\d.]+/[\d.]+ GiB)\) on startup is less than desired "
@@ -52,7 +54,7 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                 r"exit status:? (?:-9|137)\b")),
     (FailureKind.HOST_OOM_KILL, ("Out of memory", "oom-kill", "oom_kill", "OOM killer", "oom killer",
                                  "OOMKilled", "memory cgroup", "running low on memory", "memory pressure (OOM)",
-                                 "RayOutOfMemoryError", "ray-oom-prevention"),
+                                 "RayOutOfMemoryError", "ray-oom-prevention", "K8s pod memory"),
      re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_kill|OOM[ -]?[Kk]iller|OOMKilled|"
                 r"Memory cgroup out of memory|killed as a result of limit|"
                 # Ray's memory monitor, which kills a worker before the kernel would

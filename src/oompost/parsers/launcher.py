@@ -87,7 +87,8 @@ KERNEL_TASK_ROWS_MIN = 3
 ZSH_KILLED_RE = re.compile(r"\[\d+\]\s+(?:[+-]\s+)?(?P<pid>\d+)\s+killed\s+(?P<cmd>\S.*?)\s*$")
 SHELL_SIGNAL_RE = re.compile(
     r"line \d+:\s+(?P<pid>\d+) (?P<what>Killed|Bus error)(?: +\(core dumped\))?(?:\s+(?P<cmd>.*))?$")
-DATALOADER_SIGNAL_RE = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<sig>[\w ]+)")
+# the pid as printed, or a placeholder a poster put in its place ("pid <worker_pid>", "pid(s) ...")
+DATALOADER_SIGNAL_RE = re.compile(r"DataLoader worker \(pid (?P<pid>[^)]{1,40})\) is killed by signal: (?P<sig>[\w ]+)")
 SHM_ERROR_RE = re.compile(
     r"out of shared memory|insufficient shared memory|raise your shared memory limit"
     r"|unable to (?:open|allocate|mmap) shared memory|Unexpected bus error"

@@ -77,6 +77,9 @@ NCCL_INIT_TIMEOUT_RE = re.compile(r"NCCL timeout in: (?P<src>\S+)")
 EXCEPTION_BEFORE_RE = re.compile(r"(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception))\s*:\s*$")
 ENUM_LINE_RE = re.compile(r"^(?P<enum>nccl[A-Z]\w+): ?(?P<interp>.*)$")
 LAST_ERROR_RE = re.compile(r"^Last error:\s*(?P<rest>.*)$")
+# the texts NCCL's WARNs (and so its "Last error:") carry for a failed CUDA call or a lost peer
+NCCL_WARN_TEXT_RE = re.compile(r"^(?:Cuda failure \d+ '[^']*'|Cuda failure '[^']*'|"
+                               r"(?:Call to|Failed to) \w+ failed\b)")
 
 WATCHDOG_TIMEOUT_RE = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\((?P<fields>.*?)\) ran for (?P<ran>\d+) milliseconds")
@@ -582,6 +585,10 @@ class NcclParser:
                     self._set_last_error(blk, rest, ln)
                 else:
                     blk.stage = "text"
+                return True
+            if blk.stage == "last" and NCCL_WARN_TEXT_RE.match(s):
+                # the text NCCL's "Last error:" header introduces, the header itself lost (an excerpt, a quote)
+                self._set_last_error(blk, s, ln)
                 return True
         elif blk.stage == "text" and s:
             self._set_last_error(blk, s, ln)

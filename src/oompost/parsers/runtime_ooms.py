@@ -24,7 +24,7 @@ _SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
 TRIGGERS = ("failed to allocate", "unable to allocate", "OOM when allocating", "{{node ", "[[node ",
             "allocating <= available", "requested buffer of size", "Cannot allocate", "could not be allocated",
             "Insufficient memory", "RESOURCE_EXHAUSTED", "while trying to allocate", "memory has been allocated",
-            "OutOfMemory", "out of memory")
+            "OutOfMemory", "out of memory", "[malloc")
 
 # PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
 # been allocated and available memory is only 3.625000MB."
@@ -39,6 +39,9 @@ ORT_NODE = re.compile(r"while running (?P<op>\w+) node\. Name:\s*'(?P<name>[^']+
 # OpenCV's allocator: "cv2.error: OpenCV(4.6.0) /io/opencv/modules/core/src/alloc.cpp:73: error: (-4:Insufficient
 # memory) Failed to allocate 4672512 bytes in function 'OutOfMemoryError'" (host memory, unless a cv::cuda path)
 OPENCV_ALLOC = re.compile(r"\(-4:Insufficient memory\) Failed to allocate (?P<n>\d+) bytes")
+# Apple MLX's Metal allocator (unified memory: the GPU's share of the Mac's RAM): "[malloc_or_wait] Unable to
+# allocate 12 bytes." (the size is the request that found the pool exhausted, not the demand)
+MLX_ALLOC = re.compile(r"\[malloc(?:_or_wait)?\] Unable to allocate (?P<n>\d+) bytes")
 # TensorRT's builder / runtime: "[TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::140] Error Code 2:
 # OutOfMemory (no further information)", TensorRT 7's "../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2
 # (out of memory)", and the warning with the size: "Requested amount of GPU memory (20572012544 bytes) could not be
@@ -142,8 +145,8 @@ def _xla_size(s: str | None) -> int | None:
 
 
 def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, stack: Stack) -> OomEvent | None:
-    """PaddlePaddle, ONNX Runtime, a device allocator's free/total figures (XLA, vLLM's cumem), OpenCV and XLA's
-    RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
+    """PaddlePaddle, ONNX Runtime, a device allocator's free/total figures (XLA, vLLM's cumem), OpenCV, Apple
+    MLX and XLA's RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
     if m := PADDLE_ENFORCE.search(text):
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")), free_bytes=int(m.group("free")),
                         exception=exc, message_format="paddle", stack=stack, truncated=True)
@@ -166,6 +169,9 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
         gpu = "/cuda" in text or "gpu_mat" in text or "cudev" in text
         return OomEvent(OomKind.OTHER if gpu else OomKind.HOST, at, rank, None, requested_bytes=int(m.group("n")),
                         exception=exc or "cv2.error", message_format="opencv", stack=stack, truncated=True)
+    if m := MLX_ALLOC.search(text):
+        return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("n")), exception=exc or "std::runtime_error",
+                        message_format="mlx", stack=stack, truncated=True)
     if "RESOURCE_EXHAUSTED" in text and (m := XLA_OOM.search(text)):
         req = int(m.group("req")) if m.group("req") else _xla_size(m.group("req2"))
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=req, free_bytes=_xla_size(m.group("free")),

@@ -58,7 +58,8 @@ class CommBuffer:
         signals.append(("no PyTorch allocation failed before it", 0.1))
         return [Finding(
             self.code, self.cause, "NCCL could not allocate its buffers: the GPU had no free memory left",
-            confidence(signals), evidence=(f.ref,), sub_cause="nccl",
+            confidence(signals), evidence=(f.ref,) + ((f.last_error_ref,) if f.last_error_ref else ()),
+            sub_cause="nccl",
             fixes=(Fix("code", "init_process_group(device_id=torch.device('cuda', local_rank))",
                        "then a warm-up dist.all_reduce before loading the model",
                        "communicators are built lazily at the first collective; build them while memory is free"),

@@ -3,7 +3,8 @@
 **Cause**  The Linux OOM killer (or a container/Slurm cgroup limit, or Ray's
 memory monitor, which kills a worker when the node's RAM passes a threshold) sends
 SIGKILL: the rank vanishes with exit code −9 / 137 and no Python traceback (an
-excerpt may show only DeepSpeed's launcher then "Killing subprocess" the others).
+excerpt may show only DeepSpeed's launcher then "Killing subprocess" the others);
+a report may show only the host's memory (RAM, RSS) rising step after step.
 ``DefaultCPUAllocator: can't allocate memory`` is the same on the torch side;
 a pinned-memory allocation can fail as ``CUDA error: out of memory``; an
 exhausted ``/dev/shm`` kills DataLoader workers with a bus error.  ZeRO
@@ -72,6 +73,11 @@ class HostOom:
         if sigkills and not gpu_ooms:
             signals.append(("a rank was SIGKILLed (-9) with no CUDA OOM anywhere", 0.6 if not kills else 0.1))
             refs += [f.ref for f in sigkills[:2]]
+        grew, span = ev.fact("cue.host_memory_growing"), ev.fact("cue.host_memory_growing_range")
+        if grew is not None and span is not None and not gpu_ooms:
+            lo, hi = span.value
+            signals.append((f"the host's memory, printed {grew.value} times, rises from {lo:,.4g} to {hi:,.4g}", 0.55))
+            refs += [grew.ref, span.ref]
         if not signals:
             return []
         if gpu_ooms and not (kills or host_ooms or pinned or shm):
