@@ -523,3 +523,16 @@ def test_nccls_cuda_failure_text_counts_without_its_last_error_header():
             "ncclUnhandledCudaError: Call to CUDA function failed.\n"
             "Cuda failure 2 'out of memory'\n")
     assert FailureKind.NCCL_CUDA_OOM in kinds(text)
+
+
+# open-mmlab/mmdetection#2129 (dev): a second job on the host took the rendezvous port
+def test_a_rendezvous_port_in_use_is_a_config_error_with_its_fix(tmp_path):
+    import oompost
+
+    text = ("    store = TCPStore(master_addr, master_port, world_size, start_daemon)\n"
+            "RuntimeError: Address already in use\n")
+    assert FailureKind.CONFIG_VALIDATION in kinds(text)
+    p = tmp_path / "run.log"
+    p.write_text(text)
+    r = oompost.analyze([str(p)])
+    assert r.cause == "config_error" and r.to_json()["fixes"][0]["key"] == "MASTER_PORT"

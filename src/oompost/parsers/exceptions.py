@@ -30,6 +30,8 @@ CONFIG_TEXTS = ("Check batch related parameters", "train_batch_size is not equal
                 "Duplicate GPU detected", "zero_force_ds_cpu_optimizer", "invalid device ordinal",
                 "is not compatible with", "No CUDA GPUs are available", "compiled without GPU support",
                 "cannot be used with", "is only supported", "must be divisible by", "must be evenly divisible by",
+                # the rendezvous port is taken (a second job on the host, a stale one): MASTER_PORT / --master_port
+                "Address already in use",
                 "not supported with",
                 "Please correct the following DeepSpeed config values")
 CONFIG_EXC = ("DeepSpeedConfigError", "ZeRORuntimeException")

@@ -102,6 +102,10 @@ class ConfigError:
             fixes.append(Fix("code", "the DDP / optimizer options the assertion guards",
                              "drop one of the two options that both write main_grad (see the assertion's line)",
                              "two settings each accumulate the same gradient"))
+        elif "Address already in use" in msg:
+            title, sub = "The rendezvous port is already taken", "port_in_use"
+            fixes.append(Fix("env", "MASTER_PORT", "a free port (e.g. 29501), or --master_port / --main_process_port",
+                             "another job (or a stale one) on this host listens on the port init_process_group uses"))
         elif '"auto"' in msg or "'str'" in msg:
             title, sub = 'A DeepSpeed value is still "auto"', "auto"
             fixes.append(Fix("ds_config", "train_batch_size / train_micro_batch_size_per_gpu", "an integer",
