@@ -28,6 +28,7 @@ class Pricer:
 
     ctx: Context
     _cache: dict[Any, Estimate | None] = field(default_factory=dict)
+    _blind: list[str | None] = field(default_factory=list)        # blind_spot(), once worked out
 
     def setup(self, **overrides: Any) -> TrainSetup | None:
         try:
@@ -57,15 +58,14 @@ class Pricer:
         a price for the logged shape says nothing about the batch that failed.  Two long-document captures
         (sample_logs/activation_spike_fsdp2_* and *_compiled_long_doc_*) showed it: gradient checkpointing,
         priced at the logged shape as fitting, failed on the GPU."""
-        if "blind" not in self._cache:
-            self._cache["blind"] = self._blind_spot()
-        return self._cache["blind"]
+        if not self._blind:
+            self._blind.append(self._blind_spot())
+        return self._blind[0]
 
     def _blind_spot(self) -> str | None:
         from ..analysis.steps import max_peak_allocated
 
         ctx = self.ctx
-        s = ctx.setup
         prior = max_peak_allocated(ctx.steps)
         A = ctx.oom.allocated_bytes if ctx.oom is not None else None
         L = ctx.limit_bytes

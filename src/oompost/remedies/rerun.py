@@ -134,6 +134,10 @@ def _fragmentation(ctx: Context, d: _Draft) -> None:
 
 
 def _batch_search(ctx: Context, d: _Draft, allow_ckpt: bool) -> bool:
+    if d.pricer.blind_spot() is not None:
+        # the batch that failed was larger than any the inputs describe: no setting can be priced for it.
+        # The finding's own fixes (cap the longest document, a chunked loss) stand; no plan is invented
+        return False
     s = ctx.setup
     L = ctx.limit_bytes
     mb = int(s.get("micro_batch", 1) or 1)
@@ -159,10 +163,6 @@ def _batch_search(ctx: Context, d: _Draft, allow_ckpt: bool) -> bool:
         if fits(w, L, MARGIN):
             best = (m, c, w)
             break
-    if d.pricer.blind_spot() is not None:
-        # the batch that failed was larger than any the inputs describe: no setting can be priced for it.
-        # The finding's own fixes (cap the longest document, a chunked loss) stand; no plan is invented
-        return False
     if ctx.spec is None:
         # no model size, so no prediction: the generic move, said as such
         if not ckpt:
