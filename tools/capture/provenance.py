@@ -142,8 +142,16 @@ def write_rerun_table() -> None:
         v = c.get("rerun_validation")
         if not v:
             continue
-        if v.get("outcome") != "completed":
+        if v.get("outcome") == "not run":
             lines.append(f"| `{d.name}` | not run | — | — | — | — | {v.get('reason', '')} |")
+            continue
+        if v.get("outcome") != "completed":
+            # a plan that failed on the GPU: recorded, and what it drove (README, sample_logs/README.md)
+            plan = v.get("plan") or {}
+            lines.append(f"| `{d.name}` | **{v.get('outcome')}** | {v.get('steps_completed', '—')} | "
+                         f"{_gib(plan.get('device_bytes'))} | {_gib(plan.get('predicted_peak_bytes'))} | — | "
+                         f"the plan ({', '.join(f'{k}={x}' for k, x in (plan.get('trainer_args') or {}).items())}) "
+                         "failed; oompost no longer emits it |")
             continue
         plan = v["plan"]
         m = re.search(r"max_reserved=([\d.]+)GiB", " ".join(v.get("log_tail") or []))
