@@ -5,8 +5,12 @@ Every excerpt is verbatim from the thread named beside it (tests/corpus/).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from oompost.model import FailureKind
 from oompost.parsers import parse_text
+
+CORPUS = Path(__file__).parent / "corpus"
 
 
 def kinds(text: str) -> set[FailureKind]:
@@ -502,37 +506,26 @@ def test_mlx_unable_to_allocate_is_a_device_oom():
 
 # pytorch/pytorch#62066 (dev): host RAM printed every step, rising, and no failure line
 def test_a_rising_host_ram_series_is_host_memory_not_a_gpu_leak():
-    text = "".join(f"Epoch: {e}, step: {s}, RAM used: {v} GB\n" for e, s, v in (
-        (0, 0, "14.45"), (0, 1, "14.44"), (0, 2, "14.44"), (1, 0, "14.46"), (1, 1, "14.46"), (1, 2, "14.46"),
-        (2, 0, "14.47"), (2, 1, "14.47"), (2, 2, "14.47"), (3, 0, "25.24"), (3, 1, "25.24")))
-    ev = parse_text(text)
-    assert ev.fact("cue.host_memory_growing") is not None and ev.fact("cue.memory_growing") is None
     import oompost
-    from pathlib import Path
-    import tempfile
-    with tempfile.TemporaryDirectory() as d:
-        p = Path(d) / "run.log"
-        p.write_text(text)
-        assert oompost.analyze([str(p)]).cause == "host_oom"
+
+    path = CORPUS / "pytorch__pytorch__62066" / "log.txt"
+    ev = parse_text(path.read_text())
+    assert ev.fact("cue.host_memory_growing") is not None and ev.fact("cue.memory_growing") is None
+    assert oompost.analyze([str(path)]).cause == "host_oom"
 
 
 # huggingface/peft#1703 (dev) without its "Last error:" header line: the CUDA failure under the NCCL error
 def test_nccls_cuda_failure_text_counts_without_its_last_error_header():
-    text = ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1691, unhandled cuda error (run "
-            "with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\n"
-            "ncclUnhandledCudaError: Call to CUDA function failed.\n"
-            "Cuda failure 2 'out of memory'\n")
-    assert FailureKind.NCCL_CUDA_OOM in kinds(text)
+    lines = (CORPUS / "huggingface__peft__1703" / "log.txt").read_text().splitlines(keepends=True)
+    assert lines[6].startswith("Last error:")
+    assert FailureKind.NCCL_CUDA_OOM in kinds("".join(lines[:6] + lines[7:]))
 
 
 # open-mmlab/mmdetection#2129 (dev): a second job on the host took the rendezvous port
-def test_a_rendezvous_port_in_use_is_a_config_error_with_its_fix(tmp_path):
+def test_a_rendezvous_port_in_use_is_a_config_error_with_its_fix():
     import oompost
 
-    text = ("    store = TCPStore(master_addr, master_port, world_size, start_daemon)\n"
-            "RuntimeError: Address already in use\n")
-    assert FailureKind.CONFIG_VALIDATION in kinds(text)
-    p = tmp_path / "run.log"
-    p.write_text(text)
-    r = oompost.analyze([str(p)])
+    path = CORPUS / "open-mmlab__mmdetection__2129" / "log.txt"
+    assert FailureKind.CONFIG_VALIDATION in kinds(path.read_text())
+    r = oompost.analyze([str(path)])
     assert r.cause == "config_error" and r.to_json()["fixes"][0]["key"] == "MASTER_PORT"

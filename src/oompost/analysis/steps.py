@@ -94,3 +94,15 @@ def max_peak_allocated(points: tuple[StepPoint, ...]) -> int | None:
     peaks = [p.max_allocated for p in points if p.max_allocated is not None]
     peaks += [p.allocated for p in points if p.allocated is not None]
     return max(peaks) if peaks else None
+
+
+LARGER_STEP = 1.3       # live memory at the OOM over every earlier step's peak: one larger batch
+
+
+def larger_step(points: tuple[StepPoint, ...], allocated: int | None) -> float | None:
+    """How many times the peak of every completed step the live memory at the OOM is, when that is more than
+    ``LARGER_STEP`` (the failing step was one larger batch, not the configured one); None otherwise."""
+    prior = max_peak_allocated(points)
+    if not prior or allocated is None or allocated <= LARGER_STEP * prior:
+        return None
+    return allocated / prior

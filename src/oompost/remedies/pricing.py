@@ -63,18 +63,17 @@ class Pricer:
         return self._blind[0]
 
     def _blind_spot(self) -> str | None:
-        from ..analysis.steps import max_peak_allocated
+        from ..analysis.steps import larger_step
 
         ctx = self.ctx
-        prior = max_peak_allocated(ctx.steps)
-        A = ctx.oom.allocated_bytes if ctx.oom is not None else None
+        grow = larger_step(ctx.steps, ctx.oom.allocated_bytes if ctx.oom is not None else None)
         L = ctx.limit_bytes
-        if ctx.spec is None or not (prior and A and L) or A <= 1.3 * prior:
+        if ctx.spec is None or not grow or not L:
             return None
         as_logged = self.what_if("as the inputs show it")
         if as_logged is None or as_logged.peak > L:
             return None
-        return (f"the batch that failed needed {A / prior:.1f}x the memory of every step that ran, and its shape "
+        return (f"the batch that failed needed {grow:.1f}x the memory of every step that ran, and its shape "
                 f"is not in the inputs (the memory model puts the logged shape at {fmt_bytes(as_logged.peak)}, "
                 f"under the {fmt_bytes(L)} limit)")
 

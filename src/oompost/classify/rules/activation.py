@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ...analysis.context import Context
 from ...analysis.phase import Phase
-from ...analysis.steps import leak_trend, max_peak_allocated, noun
+from ...analysis.steps import larger_step, leak_trend, max_peak_allocated, noun
 from ...analysis.whatif import fits, what_if
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import RUNTIME_FIXES, b, headroom, limit_label, oom_refs
@@ -51,9 +51,9 @@ class ActivationSpike:
         spike = False
         if prior is not None and A is not None:
             numbers.append(("peak allocated in earlier steps", b(prior)))
-            if A >= 1.3 * prior:
+            if grow := larger_step(ctx.steps, A):
                 spike = True
-                signals.append((f"live memory at the OOM is {A / max(prior, 1):.1f}x the earlier peak: one "
+                signals.append((f"live memory at the OOM is {grow:.1f}x the earlier peak: one "
                                 "larger batch", 0.3))
         elif ctx.estimate is not None and L:
             act = ctx.estimate.step_peak_bytes

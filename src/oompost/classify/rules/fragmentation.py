@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ...analysis.context import Context
 from ...analysis.phase import Phase
-from ...analysis.steps import leak_trend, max_peak_allocated
+from ...analysis.steps import larger_step, leak_trend, max_peak_allocated
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b, headroom, limit_label, oom_refs
 
@@ -93,17 +93,17 @@ class Fragmentation:
             numbers.append(("peak allocated in earlier steps", b(prior)))
             if prior >= A + R:
                 signals.append((f"earlier steps already held {b(prior)} ≥ allocated + request", 0.25))
-            elif A > 1.3 * prior and exp and not exp[0].oom and (share is None or share >= 0.035):
+            elif (grow := larger_step(ctx.steps, A)) and exp and not exp[0].oom and (share is None or share >= 0.035):
                 # both can hold (DESIGN: the order then decides): the replay without the layout problem
                 # serves this larger step as far as it was recorded, and there is room for the rest of it.
                 # With less than 3.5 % of the limit still free the replay's success says nothing: it ends at
                 # the OOM, and the larger step still has the rest of its forward and backward to allocate (every
                 # fragmentation capture failed with 6.5 % or more free; the larger-step spikes whose replay
                 # served the request, with 1.9-3.5 %)
-                signals.append((f"live memory ({b(A)}) is {A / max(prior, 1):.1f}x the earlier peak: a larger "
+                signals.append((f"live memory ({b(A)}) is {grow:.1f}x the earlier peak: a larger "
                                 "step, which the expandable-segments replay still serves", -0.1))
-            elif A > 1.3 * prior:
-                signals.append((f"live memory ({b(A)}) is {A / max(prior, 1):.1f}x the earlier peak: "
+            elif grow := larger_step(ctx.steps, A):
+                signals.append((f"live memory ({b(A)}) is {grow:.1f}x the earlier peak: "
                                 "a spike, not fragmentation", -0.45))
         if ctx.estimate is not None and ctx.limit_bytes:
             step = ctx.estimate.step_peak_bytes
