@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1281,4 +1281,93 @@ def sixteenth_set() -> list[Scenario]:
                               env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, gpu_gib=40.5,
                               host_gib=10, capture=False, timeout=300))],
         priority=161))
+    return s
+
+
+def seventeenth_set() -> list[Scenario]:
+    """The seventeenth set (2026-12-04, seventh session): a loop written as users write one
+    (``tutorial_loop.py``: ``logging`` in the HF example scripts' format, a ``tqdm`` bar, a padding
+    ``DataLoader``) that records memory the way PyTorch's tutorial says, ``_record_memory_history`` and
+    ``_dump_snapshot`` in its OOM handler, so the snapshots carry no ``oompost_meta`` and the console no
+    oompost-shaped line.  Defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- capacity, GPT-2-large fp32, 11 GB
+    c = ["--model", "gpt2-large", "--emulate_card", "rtx2080ti", "--steps", "5"]
+    s.append(Scenario(
+        "capacity_gpt2_large_fp32_adamw_tutorial_2080ti_11g",
+        "Full fine-tune of a GPT-2-large-shaped model (774M, fp32 weights, bf16 autocast, torch AdamW) on an 11 GB "
+        "RTX 2080 Ti at 4 x 512 tokens: fp32 weights and gradients (2 x 2.9 GiB) and AdamW's two moments "
+        "(5.8 GiB) are 11.5 GiB, more than the card, so the first optimizer step cannot create its state. The "
+        "same run at 1 x 32 tokens fails too.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "774M parameters x 16 bytes (fp32 weights, gradients, exp_avg, exp_avg_sq) = 11.5 GiB > 10.75 GiB "
+                "allowed, whatever the batch: 1 x 32 tokens fails too"},
+        Run("python", "tutorial_loop.py", c + ["--batch_size", "4", "--max_len", "512"], gpu_gib=11.3, host_gib=6,
+            timeout=240, max_entries=100000),
+        counterfactuals=[("1 x 32 tokens (same cap): oom too",
+                          Run("python", "tutorial_loop.py", c + ["--batch_size", "1", "--max_len", "32"],
+                              gpu_gib=11.3, host_gib=6, capture=False, timeout=240))],
+        priority=170))
+
+    # ---------------------------------------------------------------- activation_spike, Llama-3.2-1B, 40 GB
+    q = ["--model", "llama3.2-1b", "--emulate_card", "a100-40g", "--batch_size", "8", "--min_len", "64",
+         "--max_len", "256", "--steps", "8"]
+    s.append(Scenario(
+        "activation_spike_llama3.2_1b_long_doc_tutorial_a100_40g",
+        "Fine-tune of a Llama-3.2-1B-shaped model (1.24B, fp32 weights, bf16 autocast, AdamW, 128,256-token "
+        "vocabulary) on a 40 GB A100 with a padding DataLoader: batches are 8 samples of 64-256 tokens; the "
+        "fourth batch holds one 4,096-token sample, is padded to 8 x 4096, and its logits and activations no "
+        "longer fit. The same run with samples truncated to 256 tokens completes; with "
+        "expandable_segments:True the long batch fails the same way.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states (1.24B x 16 bytes = 18.4 GiB) fit and three steps ran; the 8 x 4096 batch does not "
+                "(truncated to 256 tokens the run completes under the same cap; expandable_segments:True does not "
+                "help: not fragmentation)"},
+        Run("python", "tutorial_loop.py", q + ["--long_doc_step", "4", "--long_doc_len", "4096"], gpu_gib=40,
+            host_gib=8, timeout=240, max_entries=100000),
+        counterfactuals=[("samples truncated to 256 tokens (same cap)",
+                          Run("python", "tutorial_loop.py",
+                              q + ["--long_doc_step", "4", "--long_doc_len", "4096", "--truncate", "256"],
+                              gpu_gib=40, host_gib=8, capture=False, timeout=240)),
+                         ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (same cap, long sample)",
+                          Run("python", "tutorial_loop.py", q + ["--long_doc_step", "4", "--long_doc_len", "4096"],
+                              env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, gpu_gib=40,
+                              host_gib=8, capture=False, timeout=240))],
+        priority=171))
+
+    # ---------------------------------------------------------------- leak, GPT-2-medium, running loss tensor
+    k = ["--model", "gpt2-medium", "--emulate_card", "t4", "--batch_size", "2", "--max_len", "256", "--steps", "40",
+         "--log_memory"]
+    s.append(Scenario(
+        "leak_gpt2_medium_running_loss_tensor_tutorial_t4_16g",
+        "Fine-tune of a GPT-2-medium-shaped model (355M, fp32 weights, bf16 autocast, AdamW) on a 16 GB T4 at "
+        "2 x 256 tokens, whose loop sums the loss for its epoch average with total_loss += loss (a tensor, not "
+        "loss.item()): every step's autograd graph and saved activations stay alive, and after a few steps the "
+        "card is full. It logs max_memory_allocated every 5 steps. The same run with loss.item() completes 40 "
+        "steps.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "each step keeps its graph through total_loss, so allocated memory grows step after step until "
+                "the OOM; summing loss.item() instead completes all 40 steps under the same cap"},
+        Run("python", "tutorial_loop.py", k + ["--running_loss", "tensor"], gpu_gib=15.2, host_gib=6, timeout=240,
+            max_entries=100000),
+        counterfactuals=[("total_loss += loss.item() (same cap)",
+                          Run("python", "tutorial_loop.py", k + ["--running_loss", "item"], gpu_gib=15.2,
+                              host_gib=6, capture=False, timeout=240))],
+        priority=172))
+
+    # ---------------------------------------------------------------- fragmentation, OPT-350m dynamic padding
+    f = ["--model", "opt-350m", "--batch_size", "8", "--min_len", "32", "--max_len", "1024", "--steps", "30"]
+    s.append(Scenario(
+        "fragmentation_opt350m_dynamic_padding_tutorial",
+        "Fine-tune of an OPT-350m-shaped model (fp32 weights, bf16 autocast, AdamW) with a padding DataLoader "
+        "(8 samples of 32-1024 tokens, each batch padded to its longest), so every step's activations have new "
+        "sizes. The memory cap is set just above what the same run needs with expandable_segments:True, which "
+        "completes under it.",
+        {"cause": "fragmentation", "sub_cause": None,
+         "why": "the request fits in reserved-but-unallocated plus the rest of the allowance, but no free block "
+                "is large enough; expandable_segments:True completes the same run under the same cap"},
+        Run("python", "tutorial_loop.py", f, gpu_gib=30, host_gib=8, max_entries=100000, timeout=200),
+        priority=173, fragmentation_search=True,
+        search_variants=[f, f + ["--seed", "7"]]))
     return s

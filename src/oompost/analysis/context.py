@@ -36,7 +36,7 @@ class Context:
     first_rank: int | None
     oom: OomEvent | None
     limit_bytes: int | None
-    limit_source: str                              # "allowed" | "capacity" | "snapshot" | ""
+    limit_source: str                              # "allowed" | "allowed_inferred" | "capacity" | "snapshot" | ""
     phase: PhaseMatch
     location: str
     steps: tuple[StepPoint, ...]
@@ -154,7 +154,9 @@ def _snapshot_for(ev: Evidence, rank: int | None) -> Snapshot | None:
 def _limit(oom: OomEvent | None, snap: Snapshot | None, metrics: Any, ev: Evidence) -> tuple[int | None, str]:
     if oom is not None:
         if oom.allowed_bytes is not None:
-            return oom.allowed_bytes, "allowed"
+            cb = getattr(metrics, "cap_bounds", None) if metrics is not None else None
+            inferred = oom.message_format == "snapshot" and cb is not None and cb.source == "inferred"
+            return oom.allowed_bytes, "allowed_inferred" if inferred else "allowed"
         if oom.capacity_bytes is not None:
             others = other_processes_bytes(oom)
             if others:
@@ -170,6 +172,11 @@ def _limit(oom: OomEvent | None, snap: Snapshot | None, metrics: Any, ev: Eviden
         total = snap.meta.get("device_total")
         if isinstance(total, int):
             return total, "snapshot"
+        free, reserved = getattr(metrics, "free_cuda", None), getattr(metrics, "reserved", None)
+        if cb is None and isinstance(free, int) and isinstance(reserved, int):
+            # a plain _dump_snapshot without a cap: the card gave this process at most what PyTorch held
+            # plus what the driver still reported free at the OOM
+            return reserved + free, "snapshot"
     from .gpus import capacity_from_name
 
     by_name = capacity_from_name(ev.fact_value("gpu.name"))
@@ -189,6 +196,9 @@ def _oom_from_snapshot(snap: Snapshot, m: Any) -> OomEvent:
     cb = getattr(m, "cap_bounds", None)
     allowed = limit if limit is not None and (total is None or limit < total) else (
         cb.exact if cb is not None and cb.exact else None)
+    if allowed is None and cb is not None and cb.source == "inferred":
+        # a plain _dump_snapshot under a memory fraction: the cap lies in [low, high); its midpoint stands in
+        allowed = (cb.low + cb.high) // 2
     alloc_size = getattr(m, "request_alloc_size", None) or e.size
     text = (f"allocator trace 'oom' entry: request {e.size:,} bytes, device_free {e.device_free or 0:,} bytes "
             f"({len(snap.segments)} segments in the snapshot)")

@@ -47,6 +47,8 @@ def limit_label(oom: "OomSummary | None") -> str:
     """What the OOM limit is: the memory-fraction cap or the card."""
     if oom is not None and oom.limit_source == "capacity_shared":
         return "capacity less other processes"
+    if oom is not None and oom.limit_source == "allowed_inferred":
+        return "allowed cap (inferred)"
     return "allowed cap" if oom is not None and oom.limit_source == "allowed" else "capacity"
 
 

@@ -80,7 +80,7 @@ def oom_bar(oom: "OomSummary | None") -> OomBar | None:
         limit = oom.capacity_bytes          # the bar shows the whole card, the other processes' part in it
         label = "capacity"
     request = max(0, oom.requested_bytes or 0)
-    allowed = oom.limit_source == "allowed"
+    allowed = oom.limit_source in ("allowed", "allowed_inferred")
     other = 0
     if not allowed:
         if oom.capacity_bytes and oom.free_bytes is not None:

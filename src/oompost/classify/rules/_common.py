@@ -44,6 +44,8 @@ def oom_refs(ctx: Context) -> tuple[SourceRef, ...]:
 def limit_label(ctx: Context) -> str:
     if ctx.limit_source == "allowed":
         return "the allowed cap"
+    if ctx.limit_source == "allowed_inferred":
+        return "the memory-fraction cap (inferred from the snapshot)"
     if ctx.limit_source == "capacity":
         return "the GPU's capacity"
     if ctx.limit_source == "capacity_shared":
