@@ -119,7 +119,10 @@ def test_the_seed_case_gets_its_plan_without_our_capture_scripts_lines(tmp_path)
 
 @pytest.mark.parametrize("text,params", [
     ("--model_name_or_path meta-llama/Llama-2-7b-hf", 7e9), ("loading Qwen2-72B-Instruct", 72e9),
-    ("model=facebook/opt-125m", 125e6), ("Qwen2.5-0.5B", 0.5e9), ("batch 8b tokens", None)])
+    ("model=facebook/opt-125m", 125e6), ("Qwen2.5-0.5B", 0.5e9), ("batch 8b tokens", None),
+    ("Loading model gpt2-large (float32)", 774e6), ("--model_name_or_path google/flan-t5-xl", 2.85e9),
+    ("from_pretrained('bert-base-uncased')", 110e6), ("openai/whisper-large-v3", 1550e6),
+    ("models/gpt2/modeling_gpt2.py", None), ("my-bert-large-ish", None)])
 def test_model_size_from_its_name(text, params):
     from oompost.parsers.cues import model_params_from_name
 

@@ -46,7 +46,12 @@ def main() -> int:
     p.add_argument("--gradient_checkpointing", action="store_true")
     p.add_argument("--running_loss", default="item", choices=["item", "tensor"],
                    help="item: total_loss += loss.item(); tensor: total_loss += loss (keeps every step's graph)")
-    p.add_argument("--log_memory", action="store_true", help="log torch.cuda.max_memory_allocated() every 5 steps")
+    p.add_argument("--eval_every", type=int, default=0, help="a held-out batch's loss every N steps (0: none)")
+    p.add_argument("--eval_loss", default="item", choices=["item", "tensor"],
+                   help="item: under torch.no_grad(), summed as loss.item(); tensor: autograd on and summed as a "
+                        "tensor (each evaluation's graph and saved activations stay alive)")
+    p.add_argument("--log_memory", type=int, default=0, metavar="N",
+                   help="log torch.cuda.memory_allocated() and max_memory_allocated() every N steps (0: never)")
     p.add_argument("--long_doc_step", type=int, default=None, help="scenario: this step's batch holds one long sample")
     p.add_argument("--long_doc_len", type=int, default=4096, help="scenario: its length")
     p.add_argument("--truncate", type=int, default=None, help="scenario: cut every sample to this many tokens")
@@ -116,6 +121,9 @@ def main() -> int:
     logger.info(f"  Batch size = {args.batch_size}")
     logger.info(f"  Total optimization steps = {len(loader)}")
 
+    val = collate([torch.randint(5, cfg.vocab_size, (args.max_len,), generator=torch.Generator().manual_seed(7))
+                   for _ in range(args.batch_size)])
+    eval_total = 0.0
     t0 = time.time()
     total_loss = 0.0
     step = 0
@@ -128,8 +136,17 @@ def main() -> int:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             total_loss += loss if args.running_loss == "tensor" else loss.item()
-            if args.log_memory and step % 5 == 0:
-                logger.info(f"step {step}: max memory allocated {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+            if args.eval_every and step % args.eval_every == 0:
+                vb = {k: v.cuda() for k, v in val.items()}
+                if args.eval_loss == "tensor":
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        eval_total += model(**vb).loss
+                else:
+                    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                        eval_total += model(**vb).loss.item()
+            if args.log_memory and step % args.log_memory == 0:
+                logger.info(f"step {step}: memory allocated {torch.cuda.memory_allocated() / 2**30:.2f} GiB, "
+                            f"max {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
     except torch.cuda.OutOfMemoryError:
         if args.oompost_capture:
             path = os.path.join(args.oompost_capture, "memory_snapshot.pickle")

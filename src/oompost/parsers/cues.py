@@ -81,11 +81,31 @@ MODEL_NAME = re.compile(rf"(?i)(?<![\w.])(?:[\w.-]*/)?(?:{_FAMILIES})[\w.]*?(?:-
                         rf"(?P<u>[bBmM])(?![a-zA-Z0-9])")
 
 
+# Models whose name says a size word, not a count ("gpt2-large", "bert-base-uncased", "openai/whisper-medium"):
+# parameter counts from their model cards.  Only the sized names: a bare "gpt2" is also a module path
+# (transformers/models/gpt2/modeling_gpt2.py), whatever the size of the model.
+NAMED_SIZES = {
+    "gpt2-medium": 355e6, "gpt2-large": 774e6, "gpt2-xl": 1558e6,
+    "distilbert-base": 66e6, "bert-base": 110e6, "bert-large": 335e6,
+    "roberta-base": 125e6, "roberta-large": 355e6, "xlm-roberta-base": 278e6, "xlm-roberta-large": 560e6,
+    "deberta-v3-small": 141e6, "deberta-v3-base": 184e6, "deberta-v3-large": 435e6,
+    "t5-small": 60e6, "t5-base": 223e6, "t5-large": 738e6, "flan-t5-small": 77e6, "flan-t5-base": 248e6,
+    "flan-t5-large": 783e6, "flan-t5-xl": 2.85e9, "flan-t5-xxl": 11.3e9,
+    "bart-base": 140e6, "bart-large": 406e6,
+    "vit-base": 86e6, "vit-large": 304e6, "vit-huge": 632e6,
+    "whisper-tiny": 39e6, "whisper-base": 74e6, "whisper-small": 244e6, "whisper-medium": 769e6,
+    "whisper-large": 1550e6,
+}
+NAMED_MODEL = re.compile(r"(?i)(?<![\w.-])(?:[\w.-]*/)?(" + "|".join(
+    re.escape(k) for k in sorted(NAMED_SIZES, key=len, reverse=True)) + r")(?![\w])")
+
+
 @memo_by_text
 def model_params_from_name(text: str) -> int | None:
     m = MODEL_NAME.search(text)
     if m is None:
-        return None
+        k = NAMED_MODEL.search(text) if "-" in text else None
+        return int(NAMED_SIZES[k.group(1).lower()]) if k is not None else None
     n = float(m.group("n")) * (1e9 if m.group("u").lower() == "b" else 1e6)
     return int(n) if 1e7 <= n <= 2e12 else None
 
@@ -272,7 +292,7 @@ class CueParser(SentinelParser):
             self.busy = True                  # the value comes on the next line, which holds no sentinel
         if "CUDA OOMs" in text or " memory " in text:
             self._memory_summary(text, ln)
-        if self._model is None and self._lines <= self.MODEL_NAME_LINES and ("b" in text or "B" in text):
+        if self._model is None and self._lines <= self.MODEL_NAME_LINES and ("b" in text or "B" in text or "-" in text):
             n = model_params_from_name(text)
             if n is not None:
                 self._model = (n, ln)
