@@ -589,6 +589,9 @@ def forum_clean(text: str) -> str:
 
 
 _ESCAPED_OOM = re.compile(r"out of memory|OutOfMemory|Tried to allocate|would exceed allowed memory")
+# the end of a tqdm bar ("| 5/40 [00:03<00:27,  1.29it/s]"): tqdm writes no newline after its last update, so
+# the next line a logger prints into the same file starts right after it
+_TQDM_END = re.compile(r"\d+/\d+ \[[\d:]+<[\d:?]+(?:,[^\]\n]*)?\]")
 
 
 def decode_line(lineno: int, raw: bytes, *, host_prefixes: bool = False, prev: bytes = b"") -> list[LogLine]:
@@ -601,6 +604,10 @@ def decode_line(lineno: int, raw: bytes, *, host_prefixes: bool = False, prev: b
         body, rank, local, host = strip_prefixes(text, host_prefixes=host_prefixes)
         return [LogLine(lineno, body, text, rank, local, host, prev)]
     parts = text.split("\r") if "\r" in text else (text,)
+    if "\r" in text and "]" in parts[-1]:
+        m = _TQDM_END.search(parts[-1])
+        if m is not None and parts[-1][m.end():].strip():
+            parts = (*parts[:-1], parts[-1][:m.end()], parts[-1][m.end():])
     if "\\n" in text and _ESCAPED_OOM.search(text):
         # a multi-line OOM message kept as one string ("\n" escapes): a Rust panic quoting it (TGI), an
         # exception repr in a JSON log line, an API error body; read it as the lines it was printed as

@@ -37,6 +37,11 @@ GENERIC_MEM = re.compile(
     r"(?<![\w.])(?<!host )(?<!cpu )(?<!CPU )(?<!RAM )(?<!system )(?P<key>(?:max[_ ]?)?(?:gpu[_ ]?|cuda[_ ]?|GPU[_ ]|"
     r"CUDA[_ ])?mem(?:ory)?(?:[_ ](?:used|usage))?)['\"]?\s*[:=]?\s*(?P<num>\d+(?:\.\d+)?)\s*"
     r"(?P<unit>GiB|GB|MiB|MB|G|M)\b", re.IGNORECASE)
+# the figure named in words, no separator: ``memory allocated 7.61 GiB``, ``max reserved 9.2 GB`` (a unit is
+# required: ``allocated 3 tensors`` is not a figure)
+WORDED_MEM = re.compile(r"(?<![\w.])(?P<key>(?:max(?:imum)?[_ ])?(?:(?:gpu|cuda)[_ ])?(?:memory[_ ])?"
+                        r"(?:allocated|reserved|cached))\s+(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>GiB|GB|MiB|MB)\b",
+                        re.IGNORECASE)
 # lines that carry memory figures but are not a loop's print: the OOM message, memory_summary() tables
 _NOT_A_PRINT = ("out of memory", "Tried to allocate", "OutOfMemory", "|", "already allocated", "free;")
 _UNITS = {"b": 1, "gib": GiB, "gb": GiB, "g": GiB, "mib": MiB, "mb": MiB, "m": MiB, "kib": KiB, "kb": KiB,
@@ -411,6 +416,13 @@ def _figures_of(text: str) -> tuple[tuple[str, int, int, int], ...]:
         if slot not in seen:
             seen.add(slot)
             figures.append((slot, *m.span("num"), _UNITS[unit]))
+    for m in WORDED_MEM.finditer(text):
+        key = m.group("key").lower().replace(" ", "_")
+        kind = "reserved" if ("reserved" in key or "cached" in key) else "allocated"
+        slot = ("max_" if key.startswith("max") else "") + kind
+        if slot not in seen:
+            seen.add(slot)
+            figures.append((slot, *m.span("num"), _UNITS[m.group("unit").lower()]))
     if not figures:
         for m in GENERIC_MEM.finditer(text):
             slot = "max_allocated" if m.group("key").lower().startswith("max") else "allocated"
