@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from oompost.model import FailureKind
 from oompost.parsers import parse_text
 
@@ -529,3 +531,57 @@ def test_a_rendezvous_port_in_use_is_a_config_error_with_its_fix():
     assert FailureKind.CONFIG_VALIDATION in kinds(path.read_text())
     r = oompost.analyze([str(path)])
     assert r.cause == "config_error" and r.to_json()["fixes"][0]["key"] == "MASTER_PORT"
+
+
+# kijai/ComfyUI-CogVideoXWrapper#26 (dev): ComfyUI shows cudaMallocAsync's message cut to "Allocation on device"
+def test_a_cut_allocation_on_device_message_is_an_oom():
+    path = CORPUS / "kijai__ComfyUI-CogVideoXWrapper__26" / "log.txt"
+    assert "\nAllocation on device\n" in path.read_text()
+    (o,) = parse_text(path.read_text()).ooms
+    assert o.message_format == "malloc_async" and o.truncated
+    # Comfy-Org/ComfyUI#6176 (dev): the same cut message after the exception's name
+    oo = parse_text((CORPUS / "Comfy-Org__ComfyUI__6176" / "log.txt").read_text()).ooms
+    assert any(o.message_format == "malloc_async" for o in oo)
+
+
+# vllm-project/vllm#2669 (dev): Ray's memory monitor killed the worker past its usage threshold
+def test_rays_memory_threshold_kill_is_a_host_oom():
+    import oompost
+
+    path = CORPUS / "vllm-project__vllm__2669" / "log.txt"
+    assert FailureKind.HOST_OOM_KILL in kinds(path.read_text())
+    assert oompost.analyze([str(path)]).cause == "host_oom"
+
+
+# deepspeedai/DeepSpeedExamples#86 (ZeRO-2's "already been reduced" is a RuntimeError) and
+# tatsu-lab/alpaca_farm#63 (FSDP refusing quantized integer weights), both dev: settings that do not go together
+@pytest.mark.parametrize("case", ["deepspeedai__DeepSpeedExamples__86", "tatsu-lab__alpaca_farm__63"])
+def test_framework_refusals_of_a_setting_combination_are_config_errors(case):
+    import oompost
+
+    path = CORPUS / case / "log.txt"
+    assert FailureKind.CONFIG_VALIDATION in kinds(path.read_text())
+    assert oompost.analyze([str(path)]).cause == "config_error"
+
+
+# graphdeco-inria/gaussian-splatting#587 (dev): "Tried to allocate 67109892.01 GiB" is no tensor, a corrupt size
+def test_a_petabyte_request_is_a_corrupt_size_not_a_memory_cause():
+    import oompost
+
+    r = oompost.analyze([str(CORPUS / "graphdeco-inria__gaussian-splatting__587" / "log.txt")])
+    assert r.cause == "config_error" and r.findings[0].code == "CFG004"
+    # ROCm/TheRock#4598 (dev): a large but real request (16 GiB on a 15.49 GiB card) is not
+    r = oompost.analyze([str(CORPUS / "ROCm__TheRock__4598" / "log.txt")])
+    assert r.oom is not None and r.oom.requested_bytes == 16 * 2**30
+    assert "CFG004" not in {f.code for f in r.findings} and r.cause != "config_error"
+
+
+# tests/heldout_captures/ (tutorial_loop.py, a real run): a logger line written straight after tqdm's last bar
+# update, with its memory named in words ("memory allocated 7.61 GiB"), is a step reading
+def test_a_memory_print_glued_to_a_tqdm_bar_is_read():
+    path = (Path(__file__).parent / "heldout_captures" / "leak_gpt2_medium_eval_loss_graph_tutorial_t4_16g"
+            / "run.log")
+    raw = path.read_text()
+    assert "s/it]12/04/2026" in raw
+    got = {(m.step, round(m.allocated / 2**30, 2)) for m in parse_text(raw).memory if m.allocated}
+    assert {(2, 7.61), (4, 11.18)} <= got

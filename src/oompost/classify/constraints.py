@@ -7,7 +7,8 @@ rules it out; an allocation that concatenates outputs kept from every earlier
 batch, or live blocks kept from every earlier step (a snapshot's LEAK003), make
 a leak that DESIGN.md's order puts before fragmentation and a step's
 activations; model states that alone exceed the limit (by the memory model, or
-measured in a snapshot's live blocks) make the run's capacity the cause (DESIGN.md's order puts it before the causes of a step).
+measured in a snapshot's live blocks) make the run's capacity the cause (DESIGN.md's order puts it before the causes of a step);
+a request of a petabyte or more is no tensor at all (CFG004): its size is corrupt, so no memory cause explains it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..analysis.phase import Phase
 from ..analysis.steps import flat
 from .base import Cause
 from .rules._common import headroom
+from .rules.impossible_request import IMPOSSIBLE_BYTES
 
 
 def impossible_causes(ctx: Context) -> frozenset[Cause]:
@@ -43,6 +45,9 @@ def impossible_causes(ctx: Context) -> frozenset[Cause]:
         # the failing allocation concatenates outputs kept from every earlier batch (LEAK002): the leak holds,
         # and DESIGN.md's order puts it before fragmentation and the causes of a step
         out |= {Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE}
+    if o is not None and o.requested_bytes and o.requested_bytes >= IMPOSSIBLE_BYTES:
+        # no tensor is that large: the size was computed wrong (CFG004), whatever memory there was
+        out |= {Cause.CAPACITY, Cause.LEAK, Cause.COMM_BUFFER, Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE}
     if _states_alone_exceed_the_limit(ctx) or _snapshot_states_fill_the_limit(ctx):
         # capacity proven by arithmetic holds, and DESIGN.md's order puts it before the causes of a step
         out |= {Cause.LEAK, Cause.COMM_BUFFER, Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE}

@@ -55,9 +55,11 @@ DS_SETTING = re.compile(r"\b(?:zero_optimization|stage3_\w+|offload_(?:param|opt
 # assertions a training framework raises when two settings do not go together, quoted by their own text: ZeRO-1/2's
 # "The parameter N has already been reduced. Gradient computed twice for this partition" (gradient checkpointing or
 # a module run twice per step under that ZeRO stage), Megatron's "Cannot set grad twice" (DDP options that
-# accumulate into main_grad twice)
+# accumulate into main_grad twice), FSDP's "Integer parameters are unsupported" (quantized int8/4-bit weights
+# wrapped by FSDP: QLoRA needs its quant-storage dtype set).  Their text is specific enough whatever the
+# exception type (ZeRO's is a RuntimeError)
 SETTING_ASSERTS = re.compile(r"has already been reduced|Gradient computed twice for this partition|"
-                             r"Cannot set grad twice")
+                             r"Cannot set grad twice|Integer parameters are unsupported")
 # a library refusing a combination of settings and naming the one to change ("The model's max seq len (4096)
 # is larger than the maximum number of tokens that can be stored in KV cache (3792). Try increasing
 # `gpu_memory_utilization` or decreasing `max_model_len`")
@@ -137,8 +139,8 @@ class ExceptionParser:
         elif exc.endswith("TypeError") and _in_deepspeed_config(stack) and "str" in msg:
             record["kind"] = FailureKind.CONFIG_VALIDATION
             record["msg"] = record["msg"] + ' (a "auto" value reached DeepSpeed; only the HF integration fills those)'
-        elif exc.split(".")[-1] in SETTINGS_EXC and (_raised_by_deepspeed_setup(stack) or DS_SETTING.search(msg)
-                                                      or SETTING_ASSERTS.search(msg)):
+        elif SETTING_ASSERTS.search(msg) or (exc.split(".")[-1] in SETTINGS_EXC and (
+                _raised_by_deepspeed_setup(stack) or DS_SETTING.search(msg))):
             record["kind"] = FailureKind.CONFIG_VALIDATION
         elif (exc.split(".")[-1] in SETTINGS_EXC and SETTING_ADVICE.search(msg)
               and not _OOM_WORDS.search(msg)):

@@ -25,7 +25,10 @@ _RAY_MONITOR = re.compile(r"killed due to the node running low on memory|killed 
                           # the kill report's pointer to Ray's OOM-prevention page (printed with every kill)
                           r"docs\.ray\.io/\S*ray-oom-prevention|"
                           # a worker that vanished under Kubernetes (no exit code): Ray names the pod's memory limit
-                          r"worker may have exceeded K8s pod memory limits")
+                          r"worker may have exceeded K8s pod memory limits|"
+                          # the kill report itself: "Memory on the node (...) was 12.49GB / 13.15GB (0.95), which
+                          # exceeds the memory usage threshold of 0.95. Ray killed this worker ..."
+                          r"exceeds the memory usage threshold of [\d.]+\. Ray killed this worker")
 
 # vLLM's start-up checks, with the setting each one names
 _VLLM_CHECKS = ((re.compile(r"Free memory on device \((?P<v>[\d.]+/[\d.]+ GiB)\) on startup is less than desired "
@@ -54,7 +57,8 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                 r"exit status:? (?:-9|137)\b")),
     (FailureKind.HOST_OOM_KILL, ("Out of memory", "oom-kill", "oom_kill", "OOM killer", "oom killer",
                                  "OOMKilled", "memory cgroup", "running low on memory", "memory pressure (OOM)",
-                                 "RayOutOfMemoryError", "ray-oom-prevention", "K8s pod memory"),
+                                 "RayOutOfMemoryError", "ray-oom-prevention", "K8s pod memory",
+                                 "memory usage threshold"),
      re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_kill|OOM[ -]?[Kk]iller|OOMKilled|"
                 r"Memory cgroup out of memory|killed as a result of limit|"
                 # Ray's memory monitor, which kills a worker before the kernel would

@@ -35,9 +35,13 @@ from .base import EvidenceBuilder, TracebackTracker, line_rank, literal_trigger,
 _SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
 
 TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE", "MemoryError",
-            "Unable to allocate", "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory")
+            "Unable to allocate", "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory",
+            "Allocation on device")
 TRIGGERS = tuple(dict.fromkeys(TRIGGERS + runtime_ooms.TRIGGERS))      # and other runtimes' (parsers/runtime_ooms.py)
 
+# cudaMallocAsync's message cut to its first words, as ComfyUI shows it ("Error occurred when executing
+# CogVideoDecode:" / "Allocation on device"), alone on its line or after the exception name
+ALLOC_ON_DEVICE = re.compile(r"^(?:(?:torch\.(?:cuda\.)?)?OutOfMemoryError: )?Allocation on device(?: (?P<dev>\d+))?\s*$")
 REQUEST = re.compile(rf"Tried to allocate (?:(?P<req>{_SZ})|(?P<eb>more than 1EB memory))")
 NEW_CAPACITY = re.compile(rf"GPU ?(?P<dev>\d*) has a total capac(?P<typo>i?)ty of (?P<cap>{_SZ})"
                           rf"(?: of which (?P<free>{_SZ}) is free)?")
@@ -127,6 +131,14 @@ class TorchOomParser:
             return
         if "would exceed allowed memory" in text:
             self._async[rank] = {"ln": ln, "fields": {}, "last_key": None, "n": 0}
+            return
+        if "Allocation on device" in text:
+            if (m := ALLOC_ON_DEVICE.match(text.strip())) is not None and (rank, "alloc-on-device") not in self._seen:
+                self._seen.add((rank, "alloc-on-device"))
+                self.out.ooms.append(OomEvent(
+                    OomKind.MALLOC_ASYNC, ref(self.path, ln), rank, int(m.group("dev")) if m.group("dev") else None,
+                    message_format="malloc_async", exception="OutOfMemoryError", stack=self._stack(rank),
+                    truncated=True))
             return
         for part in _glued_messages(text):
             event = self._parse_line(part, ln, rank)
