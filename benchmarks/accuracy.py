@@ -194,7 +194,7 @@ def metrics(df: pd.DataFrame, col: str = "oompost") -> dict:
         return {"n": 0}
     right = df[col] == df["label"]
     labels = sorted(set(df["label"]))
-    f1s, recall = [], {}
+    f1s, recall, per = [], {}, {}
     for lab in labels:
         tp = int(((df[col] == lab) & (df["label"] == lab)).sum())
         fp = int(((df[col] == lab) & (df["label"] != lab)).sum())
@@ -203,9 +203,11 @@ def metrics(df: pd.DataFrame, col: str = "oompost") -> dict:
         r = tp / (tp + fn) if tp + fn else 0.0
         f1s.append(2 * p * r / (p + r) if p + r else 0.0)
         recall[lab] = (r, tp + fn)
+        per[lab] = (p if tp + fp else None, f1s[-1])
     real = df[df["label"] != "unknown"]
     failing = real[real["failure_text"]] if "failure_text" in real else real
     return {"n": len(df), "accuracy": float(right.mean()), "macro_f1": sum(f1s) / len(f1s), "recall": recall,
+            "precision_f1": per,
             "unknown_rate": float((real[col] == "unknown").mean()) if len(real) else 0.0,
             "unknown_with_failure": float((failing[col] == "unknown").mean()) if len(failing) else 0.0,
             "n_with_failure": len(failing)}
@@ -253,9 +255,16 @@ def _section(name: str, df: pd.DataFrame) -> tuple[str, dict]:
              f"| expected calibration error | {ece:.3f} | — |",
              f"| cases where no parser recognised anything (parser coverage) | {no_evidence} | — |",
              f"| crashes of oompost | {int(df['error'].notna().sum())} | — |", "",
-             "| cause | cases | oompost recall | keyword recall |", "|---|---|---|---|"]
+             "Per cause: recall (of the cases with that label, the share called so), precision (of the cases "
+             "called so, the share with that label; — when never called) and F1, oompost / keyword rule.", "",
+             "| cause | cases | recall | keyword recall | precision | keyword precision | F1 | keyword F1 |",
+             "|---|---|---|---|---|---|---|---|"]
     for lab, (r, n) in sorted(m["recall"].items(), key=lambda kv: CAUSES.index(kv[0])):
-        lines.append(f"| {lab} | {n} | {r:.2f} | {k['recall'].get(lab, (0.0, n))[0]:.2f} |")
+        p, f1 = m["precision_f1"][lab]
+        kp, kf1 = k["precision_f1"].get(lab, (None, 0.0))
+        lines.append(f"| {lab} | {n} | {r:.2f} | {k['recall'].get(lab, (0.0, n))[0]:.2f} | "
+                     f"{'—' if p is None else f'{p:.2f}'} | {'—' if kp is None else f'{kp:.2f}'} | {f1:.2f} | "
+                     f"{kf1:.2f} |")
     lines += ["", "Confusion (rows: label, columns: oompost):", "", "```", confusion(df).to_string(), "```", "",
               "Reliability:", "", rel.to_markdown(index=False) if _has_tabulate() else rel.to_string(index=False),
               ""]
