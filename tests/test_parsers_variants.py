@@ -585,3 +585,12 @@ def test_a_memory_print_glued_to_a_tqdm_bar_is_read():
     assert "s/it]12/04/2026" in raw
     got = {(m.step, round(m.allocated / 2**30, 2)) for m in parse_text(raw).memory if m.allocated}
     assert {(2, 7.61), (4, 11.18)} <= got
+
+
+# hiyouga/LlamaFactory#8968 (dev): the launcher's CalledProcessError reports the child's exit, not a failure of its own
+def test_a_launchers_called_process_error_is_not_a_python_exception():
+    text = (CORPUS / "hiyouga__LlamaFactory__8968" / "log.txt").read_text()
+    assert "subprocess.CalledProcessError: Command '['torchrun'" in text
+    assert not any(f.kind is FailureKind.PYTHON_EXCEPTION and "CalledProcessError" in (f.exception or "")
+                   or "returned non-zero exit status" in (f.message or "")
+                   for f in parse_text(text).failures)

@@ -20,8 +20,11 @@ from .base import EvidenceBuilder, TracebackTracker, line_rank, ref
 
 EXC_LINE = re.compile(r"^\s*(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError)"
                       r"(?::\s?(?P<msg>.*))?$")
+# (a launcher's subprocess.CalledProcessError — accelerate launch, LLaMA-Factory's torchrun wrapper, autotrain —
+# reports the child's exit, not a failure of its own; a kill in it, "died with <Signals.SIGKILL: 9>", is read by
+# failure_lines as any SIGKILL is)
 SKIP = ("out of memory", "OutOfMemoryError", "DistBackendError", "NCCL", "ChildFailedError",
-        "DefaultCPUAllocator", "ALLOC_FAILED", "ProcessExitedException")
+        "DefaultCPUAllocator", "ALLOC_FAILED", "ProcessExitedException", "CalledProcessError")
 CONFIG_TEXTS = ("Check batch related parameters", "train_batch_size is not equal to",
                 "Either train_batch_size or train_micro_batch_size_per_gpu",
                 "bfloat16 and fp16 modes cannot be simultaneously enabled", "Partial offloading only supported",
