@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1388,5 +1388,86 @@ def seventeenth_set() -> list[Scenario]:
                 "is large enough; expandable_segments:True completes the same run under the same cap"},
         Run("python", "tutorial_loop.py", f, gpu_gib=30, host_gib=8, max_entries=100000, timeout=200),
         priority=173, fragmentation_search=True,
+        search_variants=[f, f + ["--seed", "7"]]))
+    return s
+
+
+def eighteenth_set() -> list[Scenario]:
+    """The eighteenth set (2026-12-04, seventh session): the tutorial loop under allocator settings users turn
+    on themselves — cudaMallocAsync (its own OOM message, no snapshot), expandable segments already on — and a
+    snapshot dumped after the OOM handler has let the failing step's tensors go; a second fragmentation
+    capture of that loop.  Defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- capacity, cudaMallocAsync, GPT-2-large
+    c = ["--model", "gpt2-large", "--emulate_card", "rtx3060-12g", "--steps", "5"]
+    asyn = {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
+    s.append(Scenario(
+        "capacity_gpt2_large_fp32_cudamallocasync_tutorial_3060_12g",
+        "Full fine-tune of a GPT-2-large-shaped model (774M, fp32 weights, bf16 autocast, torch AdamW) at 4 x 512 "
+        "tokens on a 12 GB RTX 3060 with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (CUDA's own pool "
+        "allocator: its OOM message, no allocator history, so no snapshot): fp32 weights, gradients and AdamW's "
+        "moments need 11.5 GiB before any activation. The same run at 1 x 32 tokens fails too.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "774M parameters x 16 bytes = 11.5 GiB of model states against 11.26 GiB allowed, whatever the "
+                "batch: 1 x 32 tokens fails too"},
+        Run("python", "tutorial_loop.py", c + ["--batch_size", "4", "--max_len", "512"], env=asyn, gpu_gib=12.3,
+            host_gib=6, timeout=240, capture=False),
+        counterfactuals=[("1 x 32 tokens (same cap, same allocator): oom too",
+                          Run("python", "tutorial_loop.py", c + ["--batch_size", "1", "--max_len", "32"], env=asyn,
+                              gpu_gib=12.3, host_gib=6, capture=False, timeout=240))],
+        priority=180))
+
+    # ---------------------------------------------------------------- activation_spike, expandable segments on
+    q = ["--model", "qwen2.5-1.5b", "--emulate_card", "a100-40g", "--batch_size", "8", "--min_len", "64",
+         "--max_len", "256", "--steps", "8", "--long_doc_step", "5", "--long_doc_len", "4096"]
+    exp = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    s.append(Scenario(
+        "activation_spike_qwen2.5_1.5b_long_doc_expandable_tutorial_a100_40g",
+        "Fine-tune of a Qwen2.5-1.5B-shaped model (1.54B, fp32 weights, bf16 autocast, AdamW, 151,936-token "
+        "vocabulary) on a 40 GB A100 with expandable_segments:True already set, batches of 8 samples of 64-256 "
+        "tokens; the fifth batch holds one 4,096-token sample and its logits and activations no longer fit. "
+        "Truncated to 256 tokens the same run completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states (1.54B x 16 bytes = 23 GiB) fit and four steps ran; the 8 x 4096 batch does not, "
+                "with expandable segments already on; truncated to 256 tokens the run completes under the same cap"},
+        Run("python", "tutorial_loop.py", q, env=exp, gpu_gib=40, host_gib=8, timeout=240, max_entries=100000),
+        counterfactuals=[("samples truncated to 256 tokens (same cap, expandable segments)",
+                          Run("python", "tutorial_loop.py", q + ["--truncate", "256"], env=exp, gpu_gib=40,
+                              host_gib=8, capture=False, timeout=240))],
+        priority=181))
+
+    # ---------------------------------------------------------------- leak, snapshot dumped after the handler
+    k = ["--model", "qwen2.5-0.5b", "--emulate_card", "t4", "--batch_size", "2", "--max_len", "256", "--steps", "40",
+         "--eval_every", "1", "--log_memory", "1", "--dump_after"]
+    s.append(Scenario(
+        "leak_qwen2.5_0.5b_eval_loss_graph_dump_after_tutorial_t4_16g",
+        "Fine-tune of a Qwen2.5-0.5B-shaped model (fp32 weights, bf16 autocast, AdamW) on a 16 GB T4 at 2 x 256 "
+        "tokens that scores a held-out batch after every step with autograd on and sums its loss as a tensor: "
+        "every evaluation's graph stays alive until the card is full. It logs memory_allocated every step; its "
+        "snapshot is dumped after the OOM handler (the traceback printed, the failing step's tensors released). "
+        "Evaluating under torch.no_grad() with loss.item(), the run completes 40 steps.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "each evaluation keeps its graph through eval_total, so allocated memory grows step after step "
+                "until the OOM; under torch.no_grad() with .item() all 40 steps complete under the same cap"},
+        Run("python", "tutorial_loop.py", k + ["--eval_loss", "tensor"], gpu_gib=15.2, host_gib=6, timeout=240,
+            max_entries=100000),
+        counterfactuals=[("evaluation under torch.no_grad(), eval_total += loss.item() (same cap)",
+                          Run("python", "tutorial_loop.py", k + ["--eval_loss", "item"], gpu_gib=15.2, host_gib=6,
+                              capture=False, timeout=240))],
+        priority=182))
+
+    # ---------------------------------------------------------------- fragmentation, GPT-2-medium dynamic padding
+    f = ["--model", "gpt2-medium", "--batch_size", "8", "--min_len", "32", "--max_len", "1024", "--steps", "30"]
+    s.append(Scenario(
+        "fragmentation_gpt2_medium_dynamic_padding_tutorial",
+        "Fine-tune of a GPT-2-medium-shaped model (fp32 weights, bf16 autocast, AdamW) with a padding DataLoader "
+        "(8 samples of 32-1024 tokens, each batch padded to its longest). The memory cap is set just above what "
+        "the same run needs with expandable_segments:True, which completes under it.",
+        {"cause": "fragmentation", "sub_cause": None,
+         "why": "the request fits in reserved-but-unallocated plus the rest of the allowance, but no free block "
+                "is large enough; expandable_segments:True completes the same run under the same cap"},
+        Run("python", "tutorial_loop.py", f, gpu_gib=30, host_gib=8, max_entries=100000, timeout=200),
+        priority=183, fragmentation_search=True,
         search_variants=[f, f + ["--seed", "7"]]))
     return s

@@ -26,6 +26,7 @@ import os
 import random
 import sys
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -61,6 +62,9 @@ def main() -> int:
                    help="scenario: directory for torch.cuda.memory._dump_snapshot at the OOM (plain torch, "
                         "not oompost.record)")
     p.add_argument("--max_entries", type=int, default=100000)
+    p.add_argument("--dump_after", action="store_true",
+                   help="scenario: print the OOM's traceback and dump the snapshot after the handler has let the "
+                        "failing step's tensors go (default: dump inside the handler)")
     p.add_argument("--report", default=None, help="scenario: write measured peaks to this JSON file")
     args = p.parse_args()
 
@@ -123,36 +127,54 @@ def main() -> int:
 
     val = collate([torch.randint(5, cfg.vocab_size, (args.max_len,), generator=torch.Generator().manual_seed(7))
                    for _ in range(args.batch_size)])
-    eval_total = 0.0
+    state = {"step": 0, "total_loss": 0.0, "eval_total": 0.0}
     t0 = time.time()
-    total_loss = 0.0
-    step = 0
-    try:
+
+    def train() -> None:
         for step, batch in enumerate(tqdm(loader, desc="Training", mininterval=0), start=1):
+            state["step"] = step
             batch = {k: v.cuda() for k, v in batch.items()}
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model(**batch).loss
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            total_loss += loss if args.running_loss == "tensor" else loss.item()
+            state["total_loss"] += loss if args.running_loss == "tensor" else loss.item()
             if args.eval_every and step % args.eval_every == 0:
                 vb = {k: v.cuda() for k, v in val.items()}
                 if args.eval_loss == "tensor":
                     with torch.autocast("cuda", dtype=torch.bfloat16):
-                        eval_total += model(**vb).loss
+                        state["eval_total"] += model(**vb).loss
                 else:
                     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-                        eval_total += model(**vb).loss.item()
+                        state["eval_total"] += model(**vb).loss.item()
             if args.log_memory and step % args.log_memory == 0:
                 logger.info(f"step {step}: memory allocated {torch.cuda.memory_allocated() / 2**30:.2f} GiB, "
                             f"max {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+
+    def dump() -> None:
+        path = os.path.join(args.oompost_capture, "memory_snapshot.pickle")
+        torch.cuda.memory._dump_snapshot(path)
+        logger.info(f"Saved memory snapshot to {path}")
+
+    failed = False
+    try:
+        train()
     except torch.cuda.OutOfMemoryError:
+        if not args.dump_after:
+            if args.oompost_capture:
+                dump()                    # in the handler: the failing step's tensors are still alive
+            raise
+        traceback.print_exc()
+        failed = True
+    if failed:
+        # after the handler: the traceback and the failing step's activations are gone, as in a script that
+        # saves its snapshot in a finally block or at exit
         if args.oompost_capture:
-            path = os.path.join(args.oompost_capture, "memory_snapshot.pickle")
-            torch.cuda.memory._dump_snapshot(path)
-            logger.info(f"Saved memory snapshot to {path}")
-        raise
+            dump()
+        logger.error("Training failed: CUDA out of memory")
+        return 1
+    step, total_loss = state["step"], state["total_loss"]
     logger.info(f"Training finished: average loss {float(total_loss) / max(step, 1):.4f}")
     if args.report:
         from run_report import write_run_report
