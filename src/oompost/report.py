@@ -41,8 +41,9 @@ class OomSummary:
     reserved_unallocated_bytes: int | None
     process_in_use_bytes: int | None
     kind: str = ""
-    limit_source: str = ""                # "allowed" (memory fraction) | "capacity" | "capacity_shared" (less
-                                          # what other processes named in the message hold) | "snapshot" | ...
+    limit_source: str = ""                # "allowed" (memory fraction) | "allowed_inferred" (a cap bounded from a
+                                          # plain snapshot's segments and request) | "capacity" | "capacity_shared"
+                                          # (less what other processes named in the message hold) | "snapshot" | ...
     message_format: str = ""
     exception: str = ""
     ref: SourceRef | None = None

@@ -397,6 +397,13 @@ def _memory_layout_of(text: str) -> _Layout | None:
     return ms.span("step"), figures
 
 
+def _slot(key: str) -> str:
+    """The reading a figure's name fills: ``allocated``, ``reserved`` or their ``max_`` peaks."""
+    key = key.lower().replace(" ", "_")
+    kind = "reserved" if ("reserved" in key or "cached" in key) else "allocated"
+    return ("max_" if key.startswith("max") else "") + kind
+
+
 def _figures_of(text: str) -> tuple[tuple[str, int, int, int], ...]:
     """(slot, start, end, bytes per unit) of the first figure of each slot: the named figures
     (allocated / reserved and their peaks) first; a bare memory word (``mem 6.95GB``) counts as
@@ -410,16 +417,12 @@ def _figures_of(text: str) -> tuple[tuple[str, int, int, int], ...]:
             if unit or "." in m.group("num") or len(m.group("num")) < 7:     # digits, not value: shapes are 0s
                 continue
             unit = "b"
-        key = m.group("key").lower().replace(" ", "_")
-        kind = "reserved" if ("reserved" in key or "cached" in key) else "allocated"
-        slot = ("max_" if key.startswith("max") else "") + kind
+        slot = _slot(m.group("key"))
         if slot not in seen:
             seen.add(slot)
             figures.append((slot, *m.span("num"), _UNITS[unit]))
     for m in WORDED_MEM.finditer(text):
-        key = m.group("key").lower().replace(" ", "_")
-        kind = "reserved" if ("reserved" in key or "cached" in key) else "allocated"
-        slot = ("max_" if key.startswith("max") else "") + kind
+        slot = _slot(m.group("key"))
         if slot not in seen:
             seen.add(slot)
             figures.append((slot, *m.span("num"), _UNITS[m.group("unit").lower()]))
