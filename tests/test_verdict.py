@@ -201,3 +201,15 @@ def test_capacity_from_the_numbers_alone_claims_no_more_than_the_numbers():
     assert "fails in unknown" not in f.detail and f.detail.startswith("Where in the run it failed is not")
     assert "The GPU's capacity" in f.detail
     assert not any("micro-batch" in n.what for n in f.not_fixes)
+
+
+# A bare "out of memory" while the model is built or moved (no figures, so no limit): CAP001 still speaks from
+# where the allocation sits.  Comfy-Org/ComfyUI#6176 (dev, capacity: model_to_device) and
+# facebookresearch/Detectron#560 (dev, capacity: caffe2's own allocator, model construction).
+@pytest.mark.parametrize("case", ["Comfy-Org__ComfyUI__6176", "facebookresearch__Detectron__560"])
+def test_a_bare_oom_while_building_the_model_gets_the_capacity_rule(case):
+    r = oompost.analyze([str(Path(__file__).parent / "corpus" / case / "log.txt")])
+    assert r.oom is not None and r.oom.limit_bytes is None
+    cap = next(f for f in r.findings if f.code == "CAP001")
+    assert any("model-state phase" in s for s, _ in cap.signals)
+    assert not any(n == "smallest run: micro-batch 1, full recompute" for n, _ in cap.numbers)

@@ -38,14 +38,15 @@ class Capacity:
     def evaluate(self, ctx: Context) -> list[Finding]:
         o = ctx.oom
         L = ctx.limit_bytes
-        if o is None or L is None or o.kind.value not in ("caching_allocator", "hip", "malloc_async", "cuda_error",
-                                                          "cublas", "cudnn"):
+        # (without a limit — a bare "out of memory" — only where the failing allocation sits can speak)
+        if o is None or o.kind.value not in ("caching_allocator", "hip", "malloc_async", "cuda_error",
+                                             "cublas", "cudnn", "other"):
             return []
         signals: list[tuple[str, float]] = []
-        numbers: list[tuple[str, str]] = [(limit_label(ctx), b(L))]
+        numbers: list[tuple[str, str]] = [(limit_label(ctx), b(L))] if L else []
         completed = len(ctx.steps) > 0
         startup_phase = ctx.phase.phase in _STARTUP
-        e = ctx.estimate_min
+        e = ctx.estimate_min if L else None
         if e is not None:
             need = e.predicted_peak_bytes
             states = e.model_states_bytes
@@ -64,7 +65,7 @@ class Capacity:
                     return []
                 signals.append(("the memory model says the smallest run fits", -0.2))
         ss = ctx.snapshot_states if e is None else None
-        if ss is not None and ss.weights_bytes >= 0.15 * L:
+        if ss is not None and L and ss.weights_bytes >= 0.15 * L:
             numbers += [("weights (the snapshot's model-building allocations)", b(ss.weights_bytes)),
                         ("gradients of those weights live at the OOM", b(ss.grad_bytes)),
                         ("optimizer state live at the OOM", b(ss.optimizer_bytes))]
@@ -88,7 +89,7 @@ class Capacity:
                             "did fit", -0.4))
         if ctx.phase.phase is Phase.MODEL_TO_DEVICE and ctx.setup.get("zero_stage") != 3:
             n = ctx.setup.get("model_params")
-            if n and int(n) * 2 > L:
+            if n and L and int(n) * 2 > L:
                 signals.append(("the 16-bit weights alone exceed " + limit_label(ctx), 0.2))
         conf = confidence(signals)
         if conf <= 0 or not any(w > 0 for _, w in signals):
@@ -102,7 +103,7 @@ class Capacity:
         where = ("Where in the run it failed is not in the inputs" if ctx.phase.phase is Phase.UNKNOWN
                  else f"The run fails in {ctx.phase.phase.value.replace('_', ' ')}")
         detail = (where + (f" at {ctx.location}" if ctx.location else "")
-                  + f". {label[:1].upper() + label[1:]} is {b(L)}. ")
+                  + (f". {label[:1].upper() + label[1:]} is {b(L)}. " if L else ". "))
         if e is not None and ctx.setup.deepspeed:
             detail += (f"Under the configured ZeRO stage {ctx.train_setup.zero_stage if ctx.train_setup else '?'} "
                        f"and offload, model states take {b(e.model_states_bytes)} per GPU and the start-up peak is "
