@@ -594,3 +594,31 @@ def test_a_launchers_called_process_error_is_not_a_python_exception():
     assert not any(f.kind is FailureKind.PYTHON_EXCEPTION and "CalledProcessError" in (f.exception or "")
                    or "returned non-zero exit status" in (f.message or "")
                    for f in parse_text(text).failures)
+
+
+# Runtimes the eleventh collection's dev cases brought (each line verbatim from the thread named)
+@pytest.mark.parametrize("case,kind,fmt,req", [
+    # Windows' commit limit while torch loads its DLLs (English and Chinese text after the code): host memory
+    ("prophesier__diff-svc__24", "host", "windows_pagefile", None),
+    ("YYuX-1145__Bert-VITS2-Integration-package__5", "host", "windows_pagefile", None),
+    # MLX asking Metal for one buffer above the device maximum
+    ("lmstudio-ai__lmstudio-bug-tracker__2240", "other", "mlx", 48736917632),
+    # the TPU runtime's older "Resource exhausted:" spelling
+    ("pytorch__xla__2569", "other", "xla", int(180.59 * 2**20)),
+    # Ascend's CANN runtime: a device-memory resource of 2 GiB
+    ("vllm-project__vllm-ascend__3141", "other", "ascend", 2147483648),
+])
+def test_other_runtimes_device_and_host_ooms(case, kind, fmt, req):
+    oo = parse_text((CORPUS / case / "log.txt").read_text()).ooms
+    o = next(o for o in oo if o.message_format == fmt)
+    assert o.kind.value == kind
+    assert req is None or abs(o.requested_bytes - req) <= 2**20
+
+
+@pytest.mark.parametrize("case,kind", [
+    ("deepseek-ai__DeepEP__157", FailureKind.NCCL_CUDA_OOM),       # NVSHMEM's heap: cuMemCreate status 2
+    ("vllm-project__vllm-ascend__486", FailureKind.NCCL_OTHER),     # HCCL's all-reduce failing (error code 6)
+    ("NVIDIA__ai-cloud-validation__643", FailureKind.SHM),          # UCX's shared-memory receive FIFO
+])
+def test_communication_libraries_failures(case, kind):
+    assert kind in kinds((CORPUS / case / "log.txt").read_text())

@@ -63,8 +63,10 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                 r"Memory cgroup out of memory|killed as a result of limit|"
                 # Ray's memory monitor, which kills a worker before the kernel would
                 + _RAY_MONITOR.pattern)),
-    (FailureKind.SHM, ("Bus error", "shared memory", "/dev/shm", "shm"),
+    (FailureKind.SHM, ("Bus error", "shared memory", "/dev/shm", "shm", "receive FIFO"),
      re.compile(r"Bus error|bus error|insufficient shared memory|/dev/shm|shm_open|"
+                # UCX's shared-memory transport: "mm_iface failed to allocate receive FIFO"
+                r"failed to allocate receive FIFO|"
                 r"No space left on device.*shm|unable to (?:open|write to) shared memory")),
     (FailureKind.PINNED_HOST, ("cudaHostAlloc", "cudaMallocHost", "cuMemHostAlloc", "cuMemAllocHost", "pin_memory",
                                "pinned", "on host", "CachingHostAllocator"),
@@ -78,15 +80,22 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     # a communication library that could not allocate device memory: NCCL's "Cuda failure 2 'out of
     # memory'" quoted inside another runtime's message (XLA's "Last NCCL warning(error) log entry"),
     # oneCCL / Level Zero's ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
-    (FailureKind.NCCL_CUDA_OOM, ("Cuda failure", "OUT_OF_DEVICE_MEMORY", "NCCL WARN"),
+    (FailureKind.NCCL_CUDA_OOM, ("Cuda failure", "OUT_OF_DEVICE_MEMORY", "NCCL WARN", "cuMemCreate failed"),
      re.compile(r"Cuda failure \d*\s*'out of memory'|(?:CCL|ccl|ze_call|zeCommand).*OUT_OF_DEVICE_MEMORY|"
                 r"NCCL WARN.*(?:cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|[Cc]all to cudaMalloc failed|"
-                r"cudaMalloc\w* failed)")),
+                r"cudaMalloc\w* failed)|"
+                # NVSHMEM (DeepEP, symmetric memory) building its heap: "/nvshmem/src/host/mem/mem_heap.cpp:1509:
+                # non-zero status: 2 cuMemCreate failed" (2 is CUDA_ERROR_OUT_OF_MEMORY)
+                r"nvshmem\S*: non-zero status: 2 cuMemCreate failed")),
     # an older NCCL's error return chain: "host:pid:tid [0] NCCL INFO transport/net.cc:515 -> 2", and the same
     # chain at WARN level (NCCL forks such as Alibaba's ACCL: "NCCL WARN init.cc:2103 -> 3")
     (FailureKind.NCCL_SYSTEM, (".cc:", ".h:", ".cu:"),
      # (codes 1, 2, 3, 6 only: an invalid-usage return can be a probe that NCCL handles itself)
      re.compile(r"NCCL (?:INFO|WARN) [\w./-]+\.(?:cc|h|cu|cpp):\d+ -> (?P<code>[1236])\b")),
+    # Huawei's HCCL (Ascend NPUs), NCCL's counterpart: a collective that failed ("OPS function error: HcclAllreduce,
+    # error code is 6") or its socket timing out ("EI0006: Getting socket times out")
+    (FailureKind.NCCL_OTHER, ("Hccl", "HCCL"),
+     re.compile(r"\bHccl[A-Z]\w*, error code is \d+|HCCL function error|EI0006\b.*socket times out")),
     (FailureKind.NCCL_TIMEOUT, ("Watchdog", "watchdog", "checkTimeout", "timed out", "Timeout", "timeout"),
      re.compile(r"Watchdog caught collective operation timeout|ncclCommWatchdog|WorkNCCL::checkTimeout|"
                 r"watchdogHandler|Some NCCL operations have failed or timed out|collective operation timeout|"

@@ -24,7 +24,8 @@ _SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
 TRIGGERS = ("failed to allocate", "unable to allocate", "OOM when allocating", "{{node ", "[[node ",
             "allocating <= available", "requested buffer of size", "Cannot allocate", "could not be allocated",
             "Insufficient memory", "RESOURCE_EXHAUSTED", "while trying to allocate", "memory has been allocated",
-            "OutOfMemory", "out of memory", "[malloc")
+            "OutOfMemory", "out of memory", "[malloc", "::malloc]", "Resource exhausted", "Failed to allocate resource[",
+            "WinError 1455")
 
 # PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
 # been allocated and available memory is only 3.625000MB."
@@ -42,6 +43,17 @@ OPENCV_ALLOC = re.compile(r"\(-4:Insufficient memory\) Failed to allocate (?P<n>
 # Apple MLX's Metal allocator (unified memory: the GPU's share of the Mac's RAM): "[malloc_or_wait] Unable to
 # allocate 12 bytes." (the size is the request that found the pool exhausted, not the demand)
 MLX_ALLOC = re.compile(r"\[malloc(?:_or_wait)?\] Unable to allocate (?P<n>\d+) bytes")
+# MLX asking Metal for one buffer larger than the device allows: "[metal::malloc] Attempting to allocate
+# 48736917632 bytes which is greater than the maximum allowed buffer size of 30150672384 bytes."
+MLX_BUFFER = re.compile(r"\[metal::malloc\] Attempting to allocate (?P<n>\d+) bytes which is greater than the maximum "
+                        r"allowed buffer size of (?P<max>\d+) bytes")
+# Ascend's CANN runtime (torch_npu, vllm-ascend): "EL0004: ... Failed to allocate memory. ... Failed to allocate
+# resource[DeviceMemory] with info [size:2147483648]. Reason: Memory resources are exhausted."
+ASCEND_DEVICE_MEMORY = re.compile(r"Failed to allocate resource\[DeviceMemory\] with info \[size:(?P<n>\d+)\]")
+# Windows' commit limit reached (RAM plus the paging file), often while torch loads its CUDA DLLs in every
+# DataLoader worker: "OSError: [WinError 1455] The paging file is too small for this operation to complete."
+# (localised text after the code): host memory
+WIN_PAGEFILE = re.compile(r"\[WinError 1455\]")
 # TensorRT's builder / runtime: "[TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::140] Error Code 2:
 # OutOfMemory (no further information)", TensorRT 7's "../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2
 # (out of memory)", and the warning with the size: "Requested amount of GPU memory (20572012544 bytes) could not be
@@ -56,7 +68,7 @@ BYTES_FREE_TOTAL = re.compile(r"while trying to allocate (?P<req>\d+) bytes \(fr
 # XLA (JAX, TensorFlow/XLA) without those figures: "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying
 # to allocate 15724724752 bytes." / "... Out of memory allocating 124867611608 bytes.", and the TPU runtime's
 # "RESOURCE_EXHAUSTED: Attempting to allocate 31.06M. That was not possible. There are 58.64M free."
-XLA_OOM = re.compile(r"RESOURCE_EXHAUSTED: (?:Out of memory (?:while trying to allocate|allocating) (?P<req>\d+) bytes|"
+XLA_OOM = re.compile(r"(?:RESOURCE_EXHAUSTED|Resource exhausted): (?:Out of memory (?:while trying to allocate|allocating) (?P<req>\d+) bytes|"
                      r"Attempting to allocate (?P<req2>\d+(?:\.\d+)?[KMGT]?)\. That was not possible\. "
                      r"There are (?P<free>\d+(?:\.\d+)?[KMGT]?) free)")
 
@@ -146,7 +158,8 @@ def _xla_size(s: str | None) -> int | None:
 
 def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, stack: Stack) -> OomEvent | None:
     """PaddlePaddle, ONNX Runtime, a device allocator's free/total figures (XLA, vLLM's cumem), OpenCV, Apple
-    MLX and XLA's RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
+    MLX (an exhausted pool, a buffer over Metal's maximum), Ascend's CANN, Windows' paging file and XLA's
+    RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
     if m := PADDLE_ENFORCE.search(text):
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")), free_bytes=int(m.group("free")),
                         exception=exc, message_format="paddle", stack=stack, truncated=True)
@@ -172,7 +185,16 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
     if m := MLX_ALLOC.search(text):
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("n")), exception=exc or "std::runtime_error",
                         message_format="mlx", stack=stack, truncated=True)
-    if "RESOURCE_EXHAUSTED" in text and (m := XLA_OOM.search(text)):
+    if m := MLX_BUFFER.search(text):
+        return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("n")), allowed_bytes=int(m.group("max")),
+                        exception=exc or "RuntimeError", message_format="mlx", stack=stack, truncated=True)
+    if m := ASCEND_DEVICE_MEMORY.search(text):
+        return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("n")), exception=exc,
+                        message_format="ascend", stack=stack, truncated=True)
+    if WIN_PAGEFILE.search(text):
+        return OomEvent(OomKind.HOST, at, rank, exception=exc or "OSError", message_format="windows_pagefile",
+                        stack=stack, truncated=True)
+    if ("RESOURCE_EXHAUSTED" in text or "Resource exhausted" in text) and (m := XLA_OOM.search(text)):
         req = int(m.group("req")) if m.group("req") else _xla_size(m.group("req2"))
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=req, free_bytes=_xla_size(m.group("free")),
                         exception=exc or "XlaRuntimeError", message_format="xla", stack=stack, truncated=True)
