@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..model import SourceRef
 from .base import Cause, Finding, Fix, NotAFix
-from .rules._common import RUNTIME_FIXES
+from .rules._common import RUNTIME_FIXES, SERVING_CAPACITY_FIXES
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analysis.context import Context
@@ -115,12 +115,6 @@ _KV_FIXES = (Fix("code", "generation batch size", "halve it (or cap max_new_toke
                  "(sglang)", "lower them",
                  "the server sizes its warm-up prefill and KV cache from them"))
 
-_SERVING_CAPACITY = (Fix("code", "--tensor-parallel-size", "the number of GPUs the weights must be split over",
-                         "each GPU then holds 1/N of the weights"),
-                     Fix("code", "a quantized checkpoint", "AWQ / GPTQ / fp8 (--quantization)",
-                         "4-bit weights take a quarter of the 16-bit size"),
-                     Fix("code", "--max-model-len / --max-total-tokens", "lower it",
-                         "the server reserves KV cache for the longest sequence it accepts"))
 
 
 def _growth(ctx: "Context") -> "tuple[str, tuple[SourceRef, ...]] | None":
@@ -157,7 +151,7 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
                                             or ctx.evidence.fact("cue.serving") is not None):
         sub, fixes = "kv_cache", _KV_FIXES + (() if ctx.is_serving else fixes[:1])
     elif cause is Cause.CAPACITY and ctx.is_serving:
-        fixes = _SERVING_CAPACITY
+        fixes = SERVING_CAPACITY_FIXES
     signals = tuple((f"{name} (learned weight)", round(w, 3)) for name, w in v.contributions)
     detail = _DETAIL.get(cause, "")
     if cause is Cause.LEAK:

@@ -31,6 +31,13 @@ TENSORRT_FIXES = (Fix("code", "the engine's profiles", "lower trtllm-build --max
                   Fix("code", "quantized weights", "build from an int8 / fp8 / int4 checkpoint",
                       "the builder holds the weights on the GPU while it builds"))
 RUNTIME_FIXES = {"ggml": GGML_FIXES, "tensorrt": TENSORRT_FIXES}
+# an inference server whose weights and KV cache do not fit: its own settings, not a trainer's
+SERVING_CAPACITY_FIXES = (Fix("code", "--tensor-parallel-size", "the number of GPUs the weights must be split over",
+                              "each GPU then holds 1/N of the weights"),
+                          Fix("code", "a quantized checkpoint", "AWQ / GPTQ / fp8 (--quantization)",
+                              "4-bit weights take a quarter of the 16-bit size"),
+                          Fix("code", "--max-model-len / --max-total-tokens", "lower it",
+                              "the server reserves KV cache for the longest sequence it accepts"))
 
 
 def b(n: int | float | None) -> str:

@@ -25,7 +25,7 @@ from ...analysis.phase import Phase
 from ...analysis.steps import noun
 from ...analysis.whatif import fits, what_if
 from ..base import Cause, Finding, Fix, NotAFix, confidence
-from ._common import HOLD, b, headroom, limit_label, oom_refs
+from ._common import HOLD, RUNTIME_FIXES, SERVING_CAPACITY_FIXES, b, headroom, limit_label, oom_refs
 
 _STARTUP = (Phase.MODEL_INIT, Phase.MODEL_TO_DEVICE, Phase.ZERO_INIT, Phase.OPTIMIZER_INIT, Phase.GRAD_PARTITION,
             Phase.OPTIMIZER_STEP, Phase.CHECKPOINT_LOAD)
@@ -98,7 +98,9 @@ class Capacity:
             numbers.append(("allocated at the OOM", b(o.allocated_bytes)))
         if o.requested_bytes is not None:
             numbers.append(("failed request", b(o.requested_bytes)))
-        fixes = self._fixes(ctx)
+        # an inference runtime or server has its own knobs: LoRA, ZeRO and offload are a trainer's
+        fixes = (list(RUNTIME_FIXES[ctx.own_runtime]) if ctx.own_runtime else
+                 list(SERVING_CAPACITY_FIXES) if ctx.is_serving else self._fixes(ctx))
         label = limit_label(ctx)
         where = ("Where in the run it failed is not in the inputs" if ctx.phase.phase is Phase.UNKNOWN
                  else f"The run fails in {ctx.phase.phase.value.replace('_', ' ')}")
@@ -133,7 +135,8 @@ class Capacity:
                                "the memory is needed, not fragmented (PyTorch prints this hint on every OOM)"),
                        NotAFix("torch.cuda.empty_cache()", "nothing is cached that could be returned"),
                        *((NotAFix("a smaller micro-batch or gradient accumulation", "model states do not shrink with it"),)
-                         if e is not None or by_snapshot or (startup_phase and not completed) else ()),
+                         if (e is not None or by_snapshot or (startup_phase and not completed))
+                         and not (ctx.own_runtime or ctx.is_serving) else ()),
                        *((NotAFix("offload_param at ZeRO stage < 3", "DeepSpeed ignores it below stage 3"),)
                          if ctx.setup.offload_param != "none" and ctx.setup.get("zero_stage") in (1, 2) else ())),
             signals=tuple(signals), numbers=tuple(numbers), detail=detail)]
