@@ -570,6 +570,7 @@ def test_a_petabyte_request_is_a_corrupt_size_not_a_memory_cause():
 
     r = oompost.analyze([str(CORPUS / "graphdeco-inria__gaussian-splatting__587" / "log.txt")])
     assert r.cause == "config_error" and r.findings[0].code == "CFG004"
+    assert "nvcc --version" in r.findings[0].settle[0] and "snapshot" not in " ".join(r.findings[0].settle)
     # ROCm/TheRock#4598 (dev): a large but real request (16 GiB on a 15.49 GiB card) is not
     r = oompost.analyze([str(CORPUS / "ROCm__TheRock__4598" / "log.txt")])
     assert r.oom is not None and r.oom.requested_bytes == 16 * 2**30

@@ -27,6 +27,7 @@ from ..analysis.phase import Phase
 from ..model import FailureKind, OomKind
 from ..analysis.shared_card import held_elsewhere
 from .base import Cause, Finding, Severity
+from .rules.impossible_request import IMPOSSIBLE_BYTES
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analysis.context import Context
@@ -180,6 +181,10 @@ def missing_evidence(ctx: "Context", cause: Cause | None = None) -> list[str]:
     if runtime in ("tensorflow", "onnxruntime"):
         return [f"{'TensorFlow' if runtime == 'tensorflow' else 'ONNX Runtime'}'s allocator summary printed with "
                 "the OOM (in use, limit, largest free chunk)"]
+    if ctx.oom is not None and (ctx.oom.requested_bytes or 0) >= IMPOSSIBLE_BYTES:
+        # a corrupt size (CFG004): no memory figure settles it, the build does
+        return ["the versions the failing extension was built for and runs with (torch.__version__, "
+                "torch.version.cuda, nvcc --version, TORCH_CUDA_ARCH_LIST) and its build log"]
     if ctx.snapshot is None and ctx.oom is not None:
         out.append("a memory snapshot of the OOM (python -m oompost.record -o DIR -- train.py ...)")
     if not ctx.setup.ds_config and ctx.setup.deepspeed:
