@@ -620,6 +620,18 @@ def test_other_runtimes_device_and_host_ooms(case, kind, fmt, req):
     ("deepseek-ai__DeepEP__157", FailureKind.NCCL_CUDA_OOM),       # NVSHMEM's heap: cuMemCreate status 2
     ("vllm-project__vllm-ascend__486", FailureKind.NCCL_OTHER),     # HCCL's all-reduce failing (error code 6)
     ("NVIDIA__ai-cloud-validation__643", FailureKind.SHM),          # UCX's shared-memory receive FIFO
+    ("NVIDIA__nccl__2363", FailureKind.NCCL_CUDA_OOM),             # "Failed to CUDA calloc" without its WARN prefix
+    ("vllm-project__vllm-ascend__3141", FailureKind.NCCL_CUDA_OOM),  # HCCL's communication resources
 ])
 def test_communication_libraries_failures(case, kind):
     assert kind in kinds((CORPUS / case / "log.txt").read_text())
+
+
+# NVIDIA/nccl#2363 and vllm-project/vllm-ascend#3141 (dev): a communication library out of device memory is a
+# communication buffer, also when the device runtime reported the same failure a line before (Ascend's CANN)
+@pytest.mark.parametrize("case", ["NVIDIA__nccl__2363", "vllm-project__vllm-ascend__3141"])
+def test_a_communication_librarys_allocation_is_a_comm_buffer(case):
+    import oompost
+
+    r = oompost.analyze([str(CORPUS / case / "log.txt")])
+    assert r.cause == "comm_buffer" and any(f.code == "COMM001" for f in r.findings)

@@ -80,13 +80,20 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     # a communication library that could not allocate device memory: NCCL's "Cuda failure 2 'out of
     # memory'" quoted inside another runtime's message (XLA's "Last NCCL warning(error) log entry"),
     # oneCCL / Level Zero's ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
-    (FailureKind.NCCL_CUDA_OOM, ("Cuda failure", "OUT_OF_DEVICE_MEMORY", "NCCL WARN", "cuMemCreate failed"),
+    (FailureKind.NCCL_CUDA_OOM, ("Cuda failure", "OUT_OF_DEVICE_MEMORY", "NCCL WARN", "cuMemCreate failed",
+                                 "Failed to CUDA calloc", "HcclAllocComResource"),
      re.compile(r"Cuda failure \d*\s*'out of memory'|(?:CCL|ccl|ze_call|zeCommand).*OUT_OF_DEVICE_MEMORY|"
                 r"NCCL WARN.*(?:cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|[Cc]all to cudaMalloc failed|"
                 r"cudaMalloc\w* failed)|"
                 # NVSHMEM (DeepEP, symmetric memory) building its heap: "/nvshmem/src/host/mem/mem_heap.cpp:1509:
                 # non-zero status: 2 cuMemCreate failed" (2 is CUDA_ERROR_OUT_OF_MEMORY)
-                r"nvshmem\S*: non-zero status: 2 cuMemCreate failed")),
+                r"nvshmem\S*: non-zero status: 2 cuMemCreate failed|"
+                # NCCL's own allocation quoted without its WARN prefix (an exception's "Last error:" text, a
+                # pasted excerpt): "Failed to CUDA calloc 536870912 bytes"
+                r"Failed to CUDA calloc \d+ bytes|"
+                # HCCL (Ascend) failing to allocate its communication resources for an op: "Nnopbase fails to
+                # invoke the HcclAllocComResourceByTiling function of the hccl module"
+                r"fails to invoke the HcclAllocComResource\w* function")),
     # an older NCCL's error return chain: "host:pid:tid [0] NCCL INFO transport/net.cc:515 -> 2", and the same
     # chain at WARN level (NCCL forks such as Alibaba's ACCL: "NCCL WARN init.cc:2103 -> 3")
     (FailureKind.NCCL_SYSTEM, (".cc:", ".h:", ".cu:"),

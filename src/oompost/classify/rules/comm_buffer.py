@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ...analysis.context import Context
 from ...analysis.phase import Phase
-from ...model import FailureKind
+from ...model import FailureKind, OomKind
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b, limit_label, oom_refs
 
@@ -43,9 +43,11 @@ class CommBuffer:
             return []
         mine = [f for f in fails if ctx.first_rank is None or f.rank in (ctx.first_rank, None)] or list(fails)
         f = mine[0]
-        if ctx.oom is not None and ctx.oom.rank == f.rank and ctx.oom.ref.source == f.ref.source \
-                and (ctx.oom.ref.line or 0) < (f.ref.line or 0):
-            return []        # the caching allocator failed first on this rank
+        # the caching allocator failed first on this rank (another runtime's device-memory message before the
+        # library's line — Ascend's CANN under HCCL — is the same failure reported twice, not an earlier one)
+        if ctx.oom is not None and ctx.oom.kind is not OomKind.OTHER and ctx.oom.rank == f.rank \
+                and ctx.oom.ref.source == f.ref.source and (ctx.oom.ref.line or 0) < (f.ref.line or 0):
+            return []
         signals = [("NCCL could not allocate device memory", 0.7)]
         numbers = []
         if f.bytes:
