@@ -46,14 +46,11 @@ def main() -> int:
     from transformers import AutoModelForCausalLM
 
     import oompost
-    from models import hf_config
+    from models import from_config, hf_config
 
     cfg = hf_config(a.model)
     with torch.device("cuda"):
-        try:
-            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-        except TypeError:
-            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
+        model = from_config(AutoModelForCausalLM, cfg, torch.bfloat16)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     g = torch.Generator(device="cuda").manual_seed(0)

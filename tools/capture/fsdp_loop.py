@@ -50,7 +50,7 @@ def main() -> int:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from transformers import AutoModelForCausalLM
 
-    from models import hf_config
+    from models import from_config, hf_config
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local_rank)
@@ -63,10 +63,7 @@ def main() -> int:
     cfg = hf_config(args.model)
     t_build = time.time()
     with torch.device("cuda"):
-        try:
-            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-        except TypeError:
-            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+        model = from_config(AutoModelForCausalLM, cfg, torch.float32)
     nparams = sum(q.numel() for q in model.parameters())
     print(f"[rank{rank}] built {type(model).__name__} ({args.model}, {nparams / 1e9:.2f}B parameters, fp32) "
           f"in {time.time() - t_build:.1f}s", flush=True)

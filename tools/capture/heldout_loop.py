@@ -153,21 +153,17 @@ def main() -> int:
     else:
         from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
-        from models import hf_config
+        from models import from_config, hf_config
 
         cfg = hf_config(args.model)
         vocab = cfg.vocab_size
         auto = AutoModelForMaskedLM if cfg.model_type == "bert" else AutoModelForCausalLM
         t_build = time.time()
-        kw = {}
-        if args.model_dtype:                 # the default path is left exactly as the first captures ran it
-            kw = {"dtype": getattr(torch, args.model_dtype)}
+        # (no --model_dtype: the default path, exactly as the first captures ran it)
+        dtype = getattr(torch, args.model_dtype) if args.model_dtype else None
 
         def build():
-            try:
-                return auto.from_config(cfg, **kw)
-            except TypeError:
-                return auto.from_config(cfg, torch_dtype=kw["dtype"])
+            return from_config(auto, cfg, dtype)
 
         if args.init_device == "cuda":
             with torch.device(device):

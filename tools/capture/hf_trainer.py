@@ -58,7 +58,7 @@ def main() -> int:
     from transformers import (AutoModelForCausalLM, AutoModelForImageClassification, HfArgumentParser, Trainer,
                               TrainingArguments)
 
-    from models import hf_config
+    from models import from_config, hf_config
 
     (targs,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(args=rest)
     cfg = hf_config(args.model, args.attn_implementation)
@@ -99,10 +99,7 @@ def main() -> int:
     auto = AutoModelForImageClassification if args.task == "image-classification" else AutoModelForCausalLM
     # the default (cpu) path is left exactly as the existing captures ran it
     with torch.device(args.init_device) if args.init_device != "cpu" else contextlib.nullcontext():
-        try:
-            model = auto.from_config(cfg, dtype=dtype)
-        except TypeError:
-            model = auto.from_config(cfg, torch_dtype=dtype)
+        model = from_config(auto, cfg, dtype)
     if args.lora_r:
         from peft import LoraConfig, get_peft_model
 

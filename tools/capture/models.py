@@ -84,3 +84,14 @@ def hf_config(name: str, attn_implementation: str = "sdpa"):
     cfg._attn_implementation = attn_implementation
     cfg.use_cache = False
     return cfg
+
+
+def from_config(auto, cfg, dtype=None):
+    """``auto.from_config(cfg)`` in ``dtype`` (None: the config's default), whichever name this transformers
+    gives the argument: ``dtype`` (≥ 4.56) or ``torch_dtype`` (older)."""
+    if dtype is None:
+        return auto.from_config(cfg)
+    try:
+        return auto.from_config(cfg, dtype=dtype)
+    except TypeError:
+        return auto.from_config(cfg, torch_dtype=dtype)

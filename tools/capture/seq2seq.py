@@ -54,16 +54,13 @@ def main() -> int:
     from tqdm import tqdm
     from transformers import AutoModelForSeq2SeqLM
 
-    from models import hf_config
+    from models import from_config, hf_config
 
     allowed = start_scenario(args)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     cfg = hf_config(args.model, args.attn_implementation)
-    try:
-        model = AutoModelForSeq2SeqLM.from_config(cfg, dtype=torch.bfloat16)
-    except TypeError:
-        model = AutoModelForSeq2SeqLM.from_config(cfg, torch_dtype=torch.bfloat16)
+    model = from_config(AutoModelForSeq2SeqLM, cfg, torch.bfloat16)
     model.cuda().train()
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -103,16 +103,13 @@ def build_model(args, ds_config):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from models import hf_config
+    from models import from_config, hf_config
 
     cfg = hf_config(args.model, args.attn_implementation)
     dtype = torch.bfloat16
 
     def construct():
-        try:
-            return AutoModelForCausalLM.from_config(cfg, dtype=dtype)
-        except TypeError:
-            return AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype)
+        return from_config(AutoModelForCausalLM, cfg, dtype)
 
     if args.zero_init:
         import deepspeed

@@ -32,7 +32,7 @@ def main() -> int:
     from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
     from cards import apply_limit
-    from models import hf_config
+    from models import from_config, hf_config
     from oompost.integrations.hf import OompostCallback
 
     apply_limit(a.emulate_card, None, print)
@@ -56,10 +56,7 @@ def main() -> int:
             labels[k, : len(b["input_ids"])] = b["input_ids"]
         return {"input_ids": ids, "labels": labels}
 
-    try:
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    except TypeError:
-        model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
+    model = from_config(AutoModelForCausalLM, cfg, torch.bfloat16)
     args = TrainingArguments(output_dir="/tmp/hf_callback_oom", per_device_train_batch_size=4, max_steps=a.max_steps,
                              bf16=True, logging_steps=1, save_strategy="no", report_to="none", seed=3,
                              dataloader_num_workers=0)
