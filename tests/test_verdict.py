@@ -213,3 +213,24 @@ def test_a_bare_oom_while_building_the_model_gets_the_capacity_rule(case):
     cap = next(f for f in r.findings if f.code == "CAP001")
     assert any("model-state phase" in s for s, _ in cap.signals)
     assert not any(n == "smallest run: micro-batch 1, full recompute" for n, _ in cap.numbers)
+
+
+# The fallback capacity finding speaks to the run in hand: without DeepSpeed in the inputs a ds_config key is a
+# change of framework, so adapters and an 8-bit optimizer come first; a DeepSpeed run keeps its ZeRO settings.
+@pytest.mark.parametrize("text, first_kind, ds_fix", [
+    ("", "code", False),
+    # a real DeepSpeed ZeRO-2 run's log (its config printed, the OOM in stage_1_and_2.py)
+    ((SAMPLES / "capacity_zero2_1.5b_3090" / "run.log").read_text(), "ds_config", True),
+])
+def test_the_fallback_capacity_fixes_follow_the_framework(text, first_kind, ds_fix):
+    from oompost.analysis.context import build_context
+    from oompost.classify.explain import finding_for
+    from oompost.classify.verdict import Verdict
+
+    ctx = build_context(parse_text(text or BARE_OOM))
+    assert ctx.setup.deepspeed is ds_fix
+    f = finding_for(ctx, Verdict(Cause.CAPACITY, 0.6, ((Cause.CAPACITY, 0.6),), ()), ())
+    assert f.fixes[0].kind == first_kind
+    assert any(x.kind == "ds_config" for x in f.fixes) is ds_fix
+    if not ds_fix:
+        assert f.fixes[0].key.startswith("LoRA") and any("8-bit" in x.key for x in f.fixes)

@@ -96,6 +96,22 @@ _FIXES = {
                                  "eager attention materialises batch × heads × seq² scores")),
 }
 
+# Without DeepSpeed in the inputs ZeRO is a change of framework, not a setting: the knobs of the run in hand come
+# first (adapters, an 8-bit optimizer), sharding after them, and sharding on one GPU frees memory only with offload.
+_CAPACITY_NO_DEEPSPEED = (
+    Fix("code", "LoRA / QLoRA", "train adapters (QLoRA: 4-bit frozen weights) instead of every weight",
+        "gradients and optimizer state only for the adapters; 4-bit weights take a quarter of 16-bit ones"),
+    Fix("code", "8-bit optimizer", "bitsandbytes AdamW8bit (optim=adamw_bnb_8bit / paged_adamw_8bit)",
+        "Adam's two moments take 2 bytes per parameter instead of 8"),
+    Fix("code", "shard the model states", "FSDP or DeepSpeed ZeRO-3 over several GPUs (with CPU offload on one)",
+        "each GPU holds 1/N of weights, gradients and optimizer state; on one GPU only offload frees memory"),
+    Fix("code", "more GPUs or a larger card", "", "model states scale with the parameter count"),
+)
+
+# LoRA is already on: what is left of the model states is mostly the frozen 16-bit base.
+_QLORA = Fix("code", "QLoRA", "load the frozen base in 4-bit (bitsandbytes nf4)",
+             "with adapters already on, the 16-bit frozen weights are most of the model states")
+
 _NOT = {
     Cause.CAPACITY: (NotAFix("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
                              "nothing is fragmented: the model states themselves do not fit"),
@@ -152,6 +168,8 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
         sub, fixes = "kv_cache", _KV_FIXES + (() if ctx.is_serving else fixes[:1])
     elif cause is Cause.CAPACITY and ctx.is_serving:
         fixes = SERVING_CAPACITY_FIXES
+    elif cause is Cause.CAPACITY and not ctx.setup.deepspeed:
+        fixes = _CAPACITY_NO_DEEPSPEED if ctx.setup.lora_r is None else (_QLORA,) + _CAPACITY_NO_DEEPSPEED[1:]
     signals = tuple((f"{name} (learned weight)", round(w, 3)) for name, w in v.contributions)
     detail = _DETAIL.get(cause, "")
     if cause is Cause.LEAK:
