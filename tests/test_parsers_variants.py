@@ -608,6 +608,9 @@ def test_a_launchers_called_process_error_is_not_a_python_exception():
     ("pytorch__xla__2569", "other", "xla", int(180.59 * 2**20)),
     # Ascend's CANN runtime: a device-memory resource of 2 GiB
     ("vllm-project__vllm-ascend__3141", "other", "ascend", 2147483648),
+    # JAX's PjRt client: "Resource exhausted: Failed to allocate request for 128.00MiB (134217728B) on device
+    # ordinal 0" (kingoflolz/mesh-transformer-jax#90, dev)
+    ("kingoflolz__mesh-transformer-jax__90", "other", "xla", 134217728),
 ])
 def test_other_runtimes_device_and_host_ooms(case, kind, fmt, req):
     oo = parse_text((CORPUS / case / "log.txt").read_text()).ooms
@@ -622,6 +625,8 @@ def test_other_runtimes_device_and_host_ooms(case, kind, fmt, req):
     ("NVIDIA__ai-cloud-validation__643", FailureKind.SHM),          # UCX's shared-memory receive FIFO
     ("NVIDIA__nccl__2363", FailureKind.NCCL_CUDA_OOM),             # "Failed to CUDA calloc" without its WARN prefix
     ("vllm-project__vllm-ascend__3141", FailureKind.NCCL_CUDA_OOM),  # HCCL's communication resources
+    ("NVIDIA__nccl__33", FailureKind.NCCL_CUDA_OOM),               # NCCL 1.x: "failed to allocate ... device buffer"
+    ("vllm-project__vllm-ascend__2754", FailureKind.NCCL_CUDA_OOM),  # HCCL's queue pairs: resource[qp] exhausted
 ])
 def test_communication_libraries_failures(case, kind):
     assert kind in kinds((CORPUS / case / "log.txt").read_text())
@@ -629,7 +634,8 @@ def test_communication_libraries_failures(case, kind):
 
 # NVIDIA/nccl#2363 and vllm-project/vllm-ascend#3141 (dev): a communication library out of device memory is a
 # communication buffer, also when the device runtime reported the same failure a line before (Ascend's CANN)
-@pytest.mark.parametrize("case", ["NVIDIA__nccl__2363", "vllm-project__vllm-ascend__3141"])
+@pytest.mark.parametrize("case", ["NVIDIA__nccl__2363", "vllm-project__vllm-ascend__3141",
+                                  "vllm-project__vllm-ascend__2754"])
 def test_a_communication_librarys_allocation_is_a_comm_buffer(case):
     import oompost
 

@@ -81,7 +81,8 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     # memory'" quoted inside another runtime's message (XLA's "Last NCCL warning(error) log entry"),
     # oneCCL / Level Zero's ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
     (FailureKind.NCCL_CUDA_OOM, ("Cuda failure", "OUT_OF_DEVICE_MEMORY", "NCCL WARN", "cuMemCreate failed",
-                                 "Failed to CUDA calloc", "HcclAllocComResource"),
+                                 "Failed to CUDA calloc", "HcclAllocComResource", "byte device buffer",
+                                 "cuda malloc failed", "Failed to allocate resource["),
      re.compile(r"Cuda failure \d*\s*'out of memory'|(?:CCL|ccl|ze_call|zeCommand).*OUT_OF_DEVICE_MEMORY|"
                 r"NCCL WARN.*(?:cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|[Cc]all to cudaMalloc failed|"
                 r"cudaMalloc\w* failed)|"
@@ -93,7 +94,13 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                 r"Failed to CUDA calloc \d+ bytes|"
                 # HCCL (Ascend) failing to allocate its communication resources for an op: "Nnopbase fails to
                 # invoke the HcclAllocComResourceByTiling function of the hccl module"
-                r"fails to invoke the HcclAllocComResource\w* function")),
+                r"fails to invoke the HcclAllocComResource\w* function|"
+                # NCCL 1.x building a communicator: "WARN src/core.cu:225 failed to allocate 2101248 byte device
+                # buffer", then "NCCL Init failed (10) 'cuda malloc failed'"
+                r"failed to allocate \d+ byte device buffer|NCCL Init failed \(\d+\) 'cuda malloc failed'|"
+                # HCCL's transport resources (queue pairs, completion queues, notifies): "EI0007: ... Failed to
+                # allocate resource[qp] with info [...]. Reason: Memory resources are exhausted."
+                r"Failed to allocate resource\[(?:qp|cq|srq|notify|Notify)\w*\]")),
     # an older NCCL's error return chain: "host:pid:tid [0] NCCL INFO transport/net.cc:515 -> 2", and the same
     # chain at WARN level (NCCL forks such as Alibaba's ACCL: "NCCL WARN init.cc:2103 -> 3")
     (FailureKind.NCCL_SYSTEM, (".cc:", ".h:", ".cu:"),

@@ -67,10 +67,13 @@ BYTES_FREE_TOTAL = re.compile(r"while trying to allocate (?P<req>\d+) bytes \(fr
                               r"total: (?P<total>\d+)\)")
 # XLA (JAX, TensorFlow/XLA) without those figures: "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying
 # to allocate 15724724752 bytes." / "... Out of memory allocating 124867611608 bytes.", and the TPU runtime's
-# "RESOURCE_EXHAUSTED: Attempting to allocate 31.06M. That was not possible. There are 58.64M free."
+# "RESOURCE_EXHAUSTED: Attempting to allocate 31.06M. That was not possible. There are 58.64M free.", and PjRt's
+# stream executor client: "Execution of replica 0 failed: Resource exhausted: Failed to allocate request for
+# 128.00MiB (134217728B) on device ordinal 0"
 XLA_OOM = re.compile(r"(?:RESOURCE_EXHAUSTED|Resource exhausted): (?:Out of memory (?:while trying to allocate|allocating) (?P<req>\d+) bytes|"
                      r"Attempting to allocate (?P<req2>\d+(?:\.\d+)?[KMGT]?)\. That was not possible\. "
-                     r"There are (?P<free>\d+(?:\.\d+)?[KMGT]?) free)")
+                     r"There are (?P<free>\d+(?:\.\d+)?[KMGT]?) free|"
+                     r"Failed to allocate request for [^(]*\((?P<req3>\d+)B\) on device ordinal (?P<dev>\d+))")
 
 # llama.cpp / ggml (llama-cpp-python, ollama): "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size
 # 4733328896", "llama_model_load: error loading model: unable to allocate ROCm0 buffer", "ggml_backend_cuda_buffer_
@@ -195,7 +198,8 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
         return OomEvent(OomKind.HOST, at, rank, exception=exc or "OSError", message_format="windows_pagefile",
                         stack=stack, truncated=True)
     if ("RESOURCE_EXHAUSTED" in text or "Resource exhausted" in text) and (m := XLA_OOM.search(text)):
-        req = int(m.group("req")) if m.group("req") else _xla_size(m.group("req2"))
-        return OomEvent(OomKind.OTHER, at, rank, requested_bytes=req, free_bytes=_xla_size(m.group("free")),
+        req = int(m.group("req") or m.group("req3") or 0) or _xla_size(m.group("req2"))
+        dev = int(m.group("dev")) if m.group("dev") else None
+        return OomEvent(OomKind.OTHER, at, rank, dev, requested_bytes=req, free_bytes=_xla_size(m.group("free")),
                         exception=exc or "XlaRuntimeError", message_format="xla", stack=stack, truncated=True)
     return None
