@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from oompost.model import FailureKind
+from oompost.model import FailureKind, OomKind
 from oompost.parsers import parse_text
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -641,3 +641,67 @@ def test_a_communication_librarys_allocation_is_a_comm_buffer(case):
 
     r = oompost.analyze([str(CORPUS / case / "log.txt")])
     assert r.cause == "comm_buffer" and any(f.code == "COMM001" for f in r.findings)
+
+
+# The twelfth collection's dev cases (each line verbatim from the thread named in its case.json)
+@pytest.mark.parametrize("case,kind", [
+    # JAX's coordination service at multi-host start-up: a barrier, GetKeyValue or RegisterTask timing out
+    ("AI-Hypercomputer__gpu-recipes__2", FailureKind.NCCL_TIMEOUT),
+    ("EnzymeAD__Enzyme-JAX__623", FailureKind.NCCL_TIMEOUT),
+    ("jax-ml__jax__35905", FailureKind.NCCL_TIMEOUT),
+    ("marin-community__levanter__432", FailureKind.NCCL_TIMEOUT),
+    # Slurm refusing the request or failing to launch the step
+    ("meta-pytorch__torchforge__590", FailureKind.CONFIG_VALIDATION),
+    ("ai4d-iasc__trixie__58", FailureKind.CONFIG_VALIDATION),
+    # the kubelet evicting the pod: "The node was low on resource: memory."
+    ("kubeflow__kubeflow__1261", FailureKind.HOST_OOM_KILL),
+])
+def test_schedulers_and_coordination_services(case, kind):
+    assert kind in kinds((CORPUS / case / "log.txt").read_text())
+
+
+def test_a_coordination_timeout_and_a_refused_job_say_what_they_are():
+    import oompost
+
+    jax = oompost.analyze([str(CORPUS / "marin-community__levanter__432" / "log.txt")])
+    assert jax.cause == "nccl_error" and jax.primary.sub_cause == "coordination_timeout"
+    assert not any(f.key.startswith("TORCH_NCCL") for f in jax.primary.fixes)
+    slurm = oompost.analyze([str(CORPUS / "meta-pytorch__torchforge__590" / "log.txt")])
+    assert slurm.cause == "config_error" and slurm.primary.sub_cause == "scheduler"
+    assert "sbatch" in slurm.primary.title
+
+
+def test_rapids_memory_manager_is_a_device_oom_with_its_own_knobs():
+    # rapidsai/deployment#523 (dev): XGBoost on Dask-CUDA, "std::bad_alloc: out_of_memory: CUDA error at: ...
+    # cuda_memory_resource.hpp": a device OOM whose fixes are partitions and spilling, not trainer arguments
+    import oompost
+
+    oo = parse_text((CORPUS / "rapidsai__deployment__523" / "log.txt").read_text()).ooms
+    assert oo and oo[0].message_format == "rmm" and oo[0].kind is OomKind.OTHER
+    r = oompost.analyze([str(CORPUS / "rapidsai__deployment__523" / "log.txt")])
+    assert not any(f.fix.kind == "trainer_arg" for f in r.fixes)
+    assert any("spill" in f.fix.key for f in r.fixes)
+
+
+def test_a_message_wrapped_right_after_tried_to_allocate_keeps_its_figures():
+    # aws-samples/amazon-sagemaker-llm-fine-tuning-remote-decorator#2 (dev): SageMaker's AlgorithmError wraps the
+    # message at "Tried to allocate" / "5.00 GiB (GPU 3; ..."; the figures on the next lines are the same message's
+    oo = parse_text((CORPUS / "aws-samples__amazon-sagemaker-llm-fine-tuning-remote-decorator__2" / "log.txt")
+                    .read_text()).ooms
+    assert len(oo) == 1
+    o = oo[0]
+    assert o.requested_bytes == 5 * 2**30 and o.device == 3
+    assert o.reserved_unallocated_bytes is not None and o.reserved_unallocated_bytes > o.requested_bytes
+
+
+def test_xlas_compile_time_hbm_overflow_with_the_models_size_in_words_is_capacity():
+    # erfanzar/EasyDeL#78 (dev): "Model Contain  1.100048384  Billion Parameters", then the TPU compiler's "Ran out
+    # of memory in memory space hbm. Used 21.90G of 7.48G hbm." inside trainer.train(): a 1.1B model's training
+    # states alone exceed 7.48 GiB
+    import oompost
+
+    ev = parse_text((CORPUS / "erfanzar__EasyDeL__78" / "log.txt").read_text())
+    assert ev.fact_value("model.params") == 1100048384
+    o = ev.ooms[0]
+    assert o.message_format == "xla" and o.capacity_bytes is not None and o.requested_bytes > o.capacity_bytes
+    assert oompost.analyze([str(CORPUS / "erfanzar__EasyDeL__78" / "log.txt")]).cause == "capacity"

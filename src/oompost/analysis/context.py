@@ -68,10 +68,11 @@ class Context:
     @property
     def own_runtime(self) -> str:
         """The inference runtime whose own allocator failed ("ggml": llama.cpp, llama-cpp-python, ollama;
-        "tensorrt": TensorRT / TensorRT-LLM), else "": its knobs are its own (context size, layers offloaded;
-        the builder's profiles and workspace), not a trainer's arguments."""
+        "tensorrt": TensorRT / TensorRT-LLM; "rmm": RAPIDS' memory manager under cuDF / cuML / XGBoost), else "":
+        its knobs are its own (context size, layers offloaded; the builder's profiles and workspace; partitions and
+        spilling), not a trainer's arguments."""
         fmt = self.oom.message_format if self.oom is not None else ""
-        return fmt if fmt in ("ggml", "tensorrt") else ""
+        return fmt if fmt in ("ggml", "tensorrt", "rmm") else ""
 
     @property
     def is_serving(self) -> bool:

@@ -86,9 +86,12 @@ def _snapshot_states_fill_the_limit(ctx: Context) -> bool:
     return ss.floor_bytes >= 0.97 * L or ss.with_adam_bytes > 1.1 * L
 
 
-# frames only a training step runs: the HF Trainer's step, autograd's engine, a checkpoint's recomputation
+# frames only a training run has: the HF Trainer's step and loop, autograd's engine, a checkpoint's recomputation,
+# a train() / train_step() of a trainer (EasyDeL's trainer.train -> sharded_train_step_fn): an inference run has
+# no optimizer state to hold, a training run must hold it wherever in the run it failed
 _TRAINING_FRAMES = frozenset(("training_step", "_engine_run_backward", "run_backward", "recompute_fn",
-                              "unpack_hook"))
+                              "unpack_hook", "_inner_training_loop", "train", "train_step", "train_epoch",
+                              "train_one_epoch"))
 
 
 def _training(ctx: Context) -> bool:

@@ -58,8 +58,11 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     (FailureKind.HOST_OOM_KILL, ("Out of memory", "oom-kill", "oom_kill", "OOM killer", "oom killer",
                                  "OOMKilled", "memory cgroup", "running low on memory", "memory pressure (OOM)",
                                  "RayOutOfMemoryError", "ray-oom-prevention", "K8s pod memory",
+                                 "low on resource: memory",
                                  "memory usage threshold"),
+     # (the kubelet evicting a pod: "The node was low on resource: memory.")
      re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_kill|OOM[ -]?[Kk]iller|OOMKilled|"
+                r"node was low on resource: memory|"
                 r"Memory cgroup out of memory|killed as a result of limit|"
                 # Ray's memory monitor, which kills a worker before the kernel would
                 + _RAY_MONITOR.pattern)),
@@ -110,6 +113,13 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     # error code is 6") or its socket timing out ("EI0006: Getting socket times out")
     (FailureKind.NCCL_OTHER, ("Hccl", "HCCL"),
      re.compile(r"\bHccl[A-Z]\w*, error code is \d+|HCCL function error|EI0006\b.*socket times out")),
+    # JAX / XLA's coordination service (multi-host start-up and its barriers): "DEADLINE_EXCEEDED: Barrier timed
+    # out. Barrier_id: PjRT_Client_Connect", "DEADLINE_EXCEEDED: GetKeyValue() timed out with key: ...",
+    # "Stopping coordination service as cluster registration failed", RegisterTask's "DEADLINE_EXCEEDED: Deadline
+    # Exceeded" on the line before its "RPC: /tensorflow.CoordinationService/RegisterTask"
+    (FailureKind.NCCL_TIMEOUT, ("DEADLINE_EXCEEDED", "cluster registration failed"),
+     re.compile(r"DEADLINE_EXCEEDED: (?:Barrier timed out|GetKeyValue\(\) timed out|Deadline Exceeded)|"
+                r"coordination service as cluster registration failed")),
     (FailureKind.NCCL_TIMEOUT, ("Watchdog", "watchdog", "checkTimeout", "timed out", "Timeout", "timeout"),
      re.compile(r"Watchdog caught collective operation timeout|ncclCommWatchdog|WorkNCCL::checkTimeout|"
                 r"watchdogHandler|Some NCCL operations have failed or timed out|collective operation timeout|"
@@ -149,6 +159,12 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
      re.compile(r"(?:Assertion|Value|NotImplemented|Type|Key|Runtime)?(?:Error|Exception)\b.*(?:in the configuration|"
                 r"config(?:uration)? file|ds_config|untested ZeRO|zero_allow_untested_optimizer|[Pp]lease (?:add|set|"
                 r"specify)\b|must be (?:set|specified|provided|one of|a multiple of)\b|should be (?:set|one of)\b)")),
+    # a batch scheduler refusing or failing to launch the job (Slurm's sbatch / srun): the request or the set-up,
+    # before any memory was used
+    (FailureKind.CONFIG_VALIDATION, ("sbatch: error", "srun: error", "salloc: error"),
+     re.compile(r"(?:sbatch|srun|salloc): error: (?:Memory specification can not be satisfied|Batch job submission "
+                r"failed|.*Job credential expired|Invalid generic resource \(gres\) specification|"
+                r"Task launch for \S+ failed)")),
     (FailureKind.DUPLICATE_GPU, ("Duplicate GPU", "same GPU", "invalid device ordinal"),
      re.compile(r"Duplicate GPU detected|on the same GPU|invalid device ordinal")),
     (FailureKind.CONFIG_VALIDATION, ("compiled without GPU", "without GPU support", "No CUDA GPUs", "built in",

@@ -25,7 +25,7 @@ TRIGGERS = ("failed to allocate", "unable to allocate", "OOM when allocating", "
             "allocating <= available", "requested buffer of size", "Cannot allocate", "could not be allocated",
             "Insufficient memory", "RESOURCE_EXHAUSTED", "while trying to allocate", "memory has been allocated",
             "OutOfMemory", "out of memory", "[malloc", "::malloc]", "Resource exhausted", "Failed to allocate resource[",
-            "WinError 1455")
+            "WinError 1455", "out_of_memory", "Maximum pool size exceeded", "Ran out of memory in memory space")
 
 # PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
 # been allocated and available memory is only 3.625000MB."
@@ -50,6 +50,10 @@ MLX_BUFFER = re.compile(r"\[metal::malloc\] Attempting to allocate (?P<n>\d+) by
 # Ascend's CANN runtime (torch_npu, vllm-ascend): "EL0004: ... Failed to allocate memory. ... Failed to allocate
 # resource[DeviceMemory] with info [size:2147483648]. Reason: Memory resources are exhausted."
 ASCEND_DEVICE_MEMORY = re.compile(r"Failed to allocate resource\[DeviceMemory\] with info \[size:(?P<n>\d+)\]")
+# RAPIDS' RMM (cuDF, cuML, XGBoost's GPU paths, Dask-CUDA): "Memory allocation error on worker 0: std::bad_alloc:
+# out_of_memory: CUDA error at: /opt/conda/include/rmm/mr/device/cuda_memory_resource.hpp", and its pool's
+# "RMM failure at: ... pool_memory_resource.hpp:193: Maximum pool size exceeded" (device memory)
+RMM_OOM = re.compile(r"std::bad_alloc: out_of_memory|rmm::out_of_memory|RMM failure at:.*Maximum pool size exceeded")
 # Windows' commit limit reached (RAM plus the paging file), often while torch loads its CUDA DLLs in every
 # DataLoader worker: "OSError: [WinError 1455] The paging file is too small for this operation to complete."
 # (localised text after the code): host memory
@@ -74,6 +78,11 @@ XLA_OOM = re.compile(r"(?:RESOURCE_EXHAUSTED|Resource exhausted): (?:Out of memo
                      r"Attempting to allocate (?P<req2>\d+(?:\.\d+)?[KMGT]?)\. That was not possible\. "
                      r"There are (?P<free>\d+(?:\.\d+)?[KMGT]?) free|"
                      r"Failed to allocate request for [^(]*\((?P<req3>\d+)B\) on device ordinal (?P<dev>\d+))")
+# XLA's compiler finding the whole program's buffers larger than the device (TPU, also GPU): "RESOURCE_EXHAUSTED:
+# XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 21.90G of 7.48G hbm. Exceeded hbm
+# capacity by 14.42G."  The request is the program's total, the capacity the memory space's size.
+XLA_COMPILE_OOM = re.compile(r"Ran out of memory in memory space (?P<space>\w+)\. Used (?P<used>\d+(?:\.\d+)?[KMGT]?) "
+                             r"of (?P<cap>\d+(?:\.\d+)?[KMGT]?) (?P=space)")
 
 # llama.cpp / ggml (llama-cpp-python, ollama): "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size
 # 4733328896", "llama_model_load: error loading model: unable to allocate ROCm0 buffer", "ggml_backend_cuda_buffer_
@@ -161,7 +170,7 @@ def _xla_size(s: str | None) -> int | None:
 
 def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, stack: Stack) -> OomEvent | None:
     """PaddlePaddle, ONNX Runtime, a device allocator's free/total figures (XLA, vLLM's cumem), OpenCV, Apple
-    MLX (an exhausted pool, a buffer over Metal's maximum), Ascend's CANN, Windows' paging file and XLA's
+    MLX (an exhausted pool, a buffer over Metal's maximum), Ascend's CANN, RAPIDS' RMM, Windows' paging file and XLA's
     RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
     if m := PADDLE_ENFORCE.search(text):
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")), free_bytes=int(m.group("free")),
@@ -194,9 +203,16 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
     if m := ASCEND_DEVICE_MEMORY.search(text):
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("n")), exception=exc,
                         message_format="ascend", stack=stack, truncated=True)
+    if RMM_OOM.search(text):
+        return OomEvent(OomKind.OTHER, at, rank, exception=exc or "MemoryError", message_format="rmm", stack=stack,
+                        truncated=True)
     if WIN_PAGEFILE.search(text):
         return OomEvent(OomKind.HOST, at, rank, exception=exc or "OSError", message_format="windows_pagefile",
                         stack=stack, truncated=True)
+    if "Ran out of memory in memory space" in text and (m := XLA_COMPILE_OOM.search(text)):
+        return OomEvent(OomKind.OTHER, at, rank, requested_bytes=_xla_size(m.group("used")),
+                        capacity_bytes=_xla_size(m.group("cap")), exception=exc or "XlaRuntimeError",
+                        message_format="xla", stack=stack, truncated=True)
     if ("RESOURCE_EXHAUSTED" in text or "Resource exhausted" in text) and (m := XLA_OOM.search(text)):
         req = int(m.group("req") or m.group("req3") or 0) or _xla_size(m.group("req2"))
         dev = int(m.group("dev")) if m.group("dev") else None

@@ -53,6 +53,8 @@ PARAMS = (
     re.compile(r"(?P<n>\d{1,3}(?:,\d{3}){2,}|\d{7,})\s+(?:total\s+)?param(?:eter)?s\b", re.IGNORECASE),
     re.compile(r"(?:total|num|n)[_ ]?param(?:eter)?s\s*[:=]\s*(?P<n>[\d,]{7,})", re.IGNORECASE),
     re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*(?P<u>[BM])\s+(?:total\s+)?param(?:eter)?s\b"),
+    # in words, any case: EasyDeL's "Model Contain  1.100048384  Billion Parameters"
+    re.compile(r"(?P<n>\d+(?:\.\d+)?)\s+(?P<u>[Bb]illion|[Mm]illion)\s+(?:total\s+)?param(?:eter)?s\b", re.IGNORECASE),
 )
 TRAINABLE = re.compile(r"trainable params:\s*(?P<n>[\d,]+)|(?P<n2>[\d,]{7,}) trainable\b")
 KV_INT = re.compile(r"\b(?P<key>per_device_train_batch_size|train_micro_batch_size_per_gpu|micro_batch_size|"
@@ -81,7 +83,7 @@ _BOOL = {"true": True, "1": True, "false": False, "0": False}
 
 
 # what any pattern below needs (the driver offers a line only when this matches)
-TRIGGERS = ("alloc", "reserved", "cached", "param", "per_device_train_batch_size", "micro_batch",
+TRIGGERS = ("alloc", "reserved", "cached", "param", "Param", "PARAM", "per_device_train_batch_size", "micro_batch",
             "gradient_accumulation_steps", "max_seq_length", "max_length", "seq_len", "sequence_length",
             "block_size", "model_max_length", "max_steps", "world_size", "lora_r", "Instantaneous batch size",
             "Gradient Accumulation steps", "Total train batch size", "gradient_checkpointing",
@@ -306,7 +308,7 @@ class StepParser:
         self.out.fact(name, value, ref(self.path, ln))
 
     def _facts(self, text: str, ln: LogLine) -> None:
-        if "param" in text and "model.params" not in self._done:
+        if "model.params" not in self._done and "param" in text.lower():
             for rx in PARAMS:
                 m = rx.search(text)
                 if m:
@@ -316,7 +318,7 @@ class StepParser:
                     except ValueError:
                         continue
                     if "u" in (m.groupdict() or {}) and m.groupdict().get("u"):
-                        value *= 1e9 if m.group("u") == "B" else 1e6
+                        value *= 1e9 if m.group("u")[0] in "Bb" else 1e6
                     if value >= 1e6:
                         self._fact_once("model.params", int(value), ln)
                         self._done.add("model.params")

@@ -153,7 +153,9 @@ class TorchOomParser:
                 event, so_far = self.out.ooms[-1], self.out.ooms[-1].ref.text
             else:
                 self.out.ooms.append(event)
-            if event.truncated and event.kind in (OomKind.CACHING_ALLOCATOR, OomKind.HIP) and event.requested_bytes:
+            if event.truncated and event.kind in (OomKind.CACHING_ALLOCATOR, OomKind.HIP) and (
+                    event.requested_bytes or so_far.endswith("Tried to allocate")):
+                # (a wrap right after "Tried to allocate": the size starts the next line)
                 self._wrapped[rank] = [len(self.out.ooms) - 1, so_far, 6]
 
     # a message wrapped by a terminal, a forum or a logger: its clauses continue on the next lines
@@ -182,14 +184,14 @@ class TorchOomParser:
             # a terminal that wraps at a fixed width cuts words ("has a to" / "tal capacity of 23.67 GiB"):
             # the line belongs to the message when, joined without a space, it adds the message's figures
             cut = self._parse_line(so_far + text, ln, rank)
-            if cut is not None and cut.requested_bytes == old.requested_bytes and \
+            if cut is not None and old.requested_bytes in (None, cut.requested_bytes) and \
                     _figure_count(cut) > _figure_count(old):
                 event, sep, continues = cut, "", True
         if not continues:
             del self._wrapped[rank]
             return False
         joined = so_far + sep + text
-        if event is not None and event.requested_bytes == old.requested_bytes:
+        if event is not None and old.requested_bytes in (None, event.requested_bytes):
             # the quoted evidence is the whole message, its continuation lines joined (still cited at its first line)
             quoted = ref(self.path, ln, old.ref.text + sep + ln.raw.strip())
             self.out.ooms[idx] = dataclasses.replace(

@@ -30,7 +30,16 @@ TENSORRT_FIXES = (Fix("code", "the engine's profiles", "lower trtllm-build --max
                       "caps the scratch memory tactics may use while the engine is built"),
                   Fix("code", "quantized weights", "build from an int8 / fp8 / int4 checkpoint",
                       "the builder holds the weights on the GPU while it builds"))
-RUNTIME_FIXES = {"ggml": GGML_FIXES, "tensorrt": TENSORRT_FIXES}
+# RAPIDS (cuDF, cuML, XGBoost on Dask-CUDA): the data's footprint per GPU, not a model's
+RMM_FIXES = (Fix("code", "more GPUs or partitions", "a Dask-CUDA cluster over more GPUs / more npartitions",
+                 "each worker holds its share of the data plus the algorithm's working copies"),
+             Fix("code", "spill to host", "LocalCUDACluster(device_memory_limit=...) or CUDF_SPILL=on",
+                 "device buffers over the limit move to host memory instead of failing"),
+             Fix("code", "managed memory", "rmm.reinitialize(managed_memory=True)",
+                 "unified memory lets the working set exceed the card, paging to host (slower)"),
+             Fix("code", "XGBoost's QuantileDMatrix", "build the training matrix with xgboost.dask.DaskQuantileDMatrix",
+                 "keeps the quantised matrix only, not the raw features as well"))
+RUNTIME_FIXES = {"ggml": GGML_FIXES, "tensorrt": TENSORRT_FIXES, "rmm": RMM_FIXES}
 # an inference server whose weights and KV cache do not fit: its own settings, not a trainer's
 SERVING_CAPACITY_FIXES = (Fix("code", "--tensor-parallel-size", "the number of GPUs the weights must be split over",
                               "each GPU then holds 1/N of the weights"),

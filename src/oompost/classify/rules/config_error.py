@@ -7,7 +7,8 @@ is created: an unknown key inside ``zero_optimization``, a non-integral size
 before any memory is used.  Two ranks on one GPU (``Duplicate GPU detected``)
 and an unknown ``PYTORCH_CUDA_ALLOC_CONF`` key (or a value under the allocator's minimum,
 ``max_split_size_mb:16``) stop a run the same way, as do vLLM's start-up checks (the card is already
-occupied; the KV cache cannot hold one ``max_model_len`` sequence).
+occupied; the KV cache cannot hold one ``max_model_len`` sequence), and a batch scheduler that rejects the job's
+resource request or cannot launch its step (Slurm's ``sbatch: error:`` / ``srun: error:``).
 
 **Fix**  Correct the named key; ``oompost check ds_config.json --world-size N``
 finds these before a job is queued.  No memory setting is involved.
@@ -106,6 +107,16 @@ class ConfigError:
             title, sub = "The rendezvous port is already taken", "port_in_use"
             fixes.append(Fix("env", "MASTER_PORT", "a free port (e.g. 29501), or --master_port / --main_process_port",
                              "another job (or a stale one) on this host listens on the port init_process_group uses"))
+        elif (m := _SCHEDULER.search(msg)) is not None:
+            title, sub = f"The batch scheduler ({m.group(1)}) refused or could not launch the job", "scheduler"
+            if "credential expired" in msg or "Task launch" in msg:
+                fixes.append(Fix("code", "re-submit the job step", "launch srun once per job step (not in a loop), "
+                                 "check the nodes' clocks and slurmd after a reboot",
+                                 "the step could not start on a node: nothing of the job ran"))
+            else:
+                fixes.append(Fix("code", "the job's resource request",
+                                 "--mem / --mem-per-gpu, --gres and the partition within what its nodes have",
+                                 "the scheduler rejected the request before anything ran"))
         elif '"auto"' in msg or "'str'" in msg:
             title, sub = 'A DeepSpeed value is still "auto"', "auto"
             fixes.append(Fix("ds_config", "train_batch_size / train_micro_batch_size_per_gpu", "an integer",
@@ -127,6 +138,9 @@ class ConfigError:
             signals=tuple(signals), numbers=(("exception", f.exception or "error"), ("message", msg[:300])),
             detail=f"The first failing rank stopped with {f.exception or 'an error'}: {msg[:400]}", sub_cause=sub)]
 
+
+# Slurm's own error prefix: "sbatch: error: Memory specification can not be satisfied"
+_SCHEDULER = re.compile(r"\b(sbatch|srun|salloc): error:")
 
 # "Please add <"zero_allow_untested_optimizer": true>", "please set `use_reentrant` to False", "Please set key=value"
 _ASKS = re.compile(r"[Pp]lease (?:add|set)\s+<?[\"'`]?(?P<key>[A-Za-z_][\w.]*)[\"'`]?\s*(?:[:=]|\bto\b)\s*[\"'`]?(?P<val>[\w.-]+)")

@@ -5,6 +5,9 @@ checkpoint save, a data-loader stall, a deadlock), a peer exited, the network
 failed, or NVLS/Fabric Manager is misconfigured.  Later ranks' timeouts and
 "remote process exited" errors are consequences of the first failing rank.
 
+JAX's coordination service timing out at multi-host start-up (a task that never
+registered or never reached a barrier) is the same failure in another stack.
+
 **Fix**  Look at the first failing rank (the laggard: lowest "last enqueued
 work").  Enable the flight recorder (``TORCH_NCCL_TRACE_BUFFER_SIZE=2000``,
 ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``) to see the collective each rank was in;
@@ -21,6 +24,9 @@ from ..base import Cause, Finding, Fix, NotAFix, confidence
 _DIST = (FailureKind.NCCL_TIMEOUT, FailureKind.NCCL_REMOTE, FailureKind.NCCL_SYSTEM, FailureKind.NCCL_INTERNAL,
          FailureKind.NCCL_HEARTBEAT, FailureKind.NCCL_OTHER, FailureKind.NCCL_INVALID_USAGE,
          getattr(FailureKind, "NCCL_NVLS", FailureKind.NCCL_OTHER))
+
+
+_COORDINATION = "DEADLINE_EXCEEDED"
 
 
 class NcclError:
@@ -44,7 +50,16 @@ class NcclError:
                      "record the last collectives of every rank (flight recorder)"),
                  Fix("env", "TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "dump them on timeout; analyse with torchfrtrace")]
         title = "A distributed collective failed"
-        if kind is FailureKind.NCCL_TIMEOUT:
+        if kind is FailureKind.NCCL_TIMEOUT and (_COORDINATION in f.message or "cluster registration" in f.message):
+            # JAX / XLA's coordination service: a task never registered or never reached a barrier
+            sub, title = "coordination_timeout", "The multi-host start-up (JAX coordination service) timed out"
+            fixes = [Fix("code", "every task started and reached the coordinator",
+                         "num_processes matches the processes launched; each can reach coordinator_address:port",
+                         "the tasks the barrier names as timed out never connected (not launched, crashed earlier, "
+                         "or a firewall on the coordinator's port)"),
+                     Fix("code", "the first task's own log", "read the timed-out tasks' logs before this one's",
+                         "this task only waited; the cause is in a task that did not arrive")]
+        elif kind is FailureKind.NCCL_TIMEOUT:
             title = f"NCCL collective timeout ({f.op_type or 'collective'}" + (
                 f", SeqNum {f.seq_num})" if f.seq_num is not None else ")")
             if f.timeout_ms:
