@@ -649,7 +649,7 @@ def test_a_communication_librarys_allocation_is_a_comm_buffer(case):
     ("AI-Hypercomputer__gpu-recipes__2", FailureKind.NCCL_TIMEOUT),
     ("EnzymeAD__Enzyme-JAX__623", FailureKind.NCCL_TIMEOUT),
     ("jax-ml__jax__35905", FailureKind.NCCL_TIMEOUT),
-    ("marin-community__levanter__432", FailureKind.NCCL_TIMEOUT),
+    ("ayaka14732__llama-2-jax__20", FailureKind.NCCL_TIMEOUT),
     # Slurm refusing the request or failing to launch the step
     ("meta-pytorch__torchforge__590", FailureKind.CONFIG_VALIDATION),
     ("ai4d-iasc__trixie__58", FailureKind.CONFIG_VALIDATION),
@@ -663,7 +663,7 @@ def test_schedulers_and_coordination_services(case, kind):
 def test_a_coordination_timeout_and_a_refused_job_say_what_they_are():
     import oompost
 
-    jax = oompost.analyze([str(CORPUS / "marin-community__levanter__432" / "log.txt")])
+    jax = oompost.analyze([str(CORPUS / "AI-Hypercomputer__gpu-recipes__2" / "log.txt")])
     assert jax.cause == "nccl_error" and jax.primary.sub_cause == "coordination_timeout"
     assert not any(f.key.startswith("TORCH_NCCL") for f in jax.primary.fixes)
     slurm = oompost.analyze([str(CORPUS / "meta-pytorch__torchforge__590" / "log.txt")])
