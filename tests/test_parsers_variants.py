@@ -681,6 +681,9 @@ def test_rapids_memory_manager_is_a_device_oom_with_its_own_knobs():
     r = oompost.analyze([str(CORPUS / "rapidsai__deployment__523" / "log.txt")])
     assert not any(f.fix.kind == "trainer_arg" for f in r.fixes)
     assert any("spill" in f.fix.key for f in r.fixes)
+    # the message is the OOM and a failure line at once: the finding cites it once
+    cited = [(e.source, e.line) for e in r.primary.evidence]
+    assert cited and len(cited) == len(set(cited))
 
 
 def test_a_message_wrapped_right_after_tried_to_allocate_keeps_its_figures():

@@ -181,6 +181,9 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
     if ctx.phase.phase.value != "unknown" and ctx.oom is not None:
         detail += f" The failing allocation is in {ctx.phase.phase.value}"
         detail += f" ({ctx.phase.why})." if ctx.phase.why else "."
+    # one line can be both the OOM and a failure (another runtime's message): cite it once
+    seen: set = set()
+    refs = [r for r in refs if (r.source, r.line) not in seen and not seen.add((r.source, r.line))]
     return Finding("VERDICT", cause, _TITLES.get(cause, cause.value), v.probability, evidence=tuple(refs[:5]),
                    fixes=fixes, not_fixes=() if ctx.is_serving or ctx.own_runtime else _NOT.get(cause, ()),
                    signals=signals,
