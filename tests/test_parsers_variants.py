@@ -708,3 +708,13 @@ def test_xlas_compile_time_hbm_overflow_with_the_models_size_in_words_is_capacit
     o = ev.ooms[0]
     assert o.message_format == "xla" and o.capacity_bytes is not None and o.requested_bytes > o.capacity_bytes
     assert oompost.analyze([str(CORPUS / "erfanzar__EasyDeL__78" / "log.txt")]).cause == "capacity"
+
+
+def test_a_kbit_model_on_another_ranks_device_is_a_setting_with_its_fix():
+    # yangjianxin1/Firefly#270 (dev): accelerate's "You can't train a model that has been loaded in 8-bit precision
+    # on a different device than the one you're training on" under torchrun
+    import oompost
+
+    r = oompost.analyze([str(CORPUS / "yangjianxin1__Firefly__270" / "log.txt")])
+    assert r.cause == "config_error" and r.primary.sub_cause == "device_map"
+    assert r.primary.fixes and r.primary.fixes[0].key == "device_map"

@@ -165,6 +165,11 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
      re.compile(r"(?:sbatch|srun|salloc): error: (?:Memory specification can not be satisfied|Batch job submission "
                 r"failed|.*Job credential expired|Invalid generic resource \(gres\) specification|"
                 r"Task launch for \S+ failed)")),
+    # accelerate refusing a k-bit model placed on another device than the rank trains on (a per-rank device_map
+    # under torchrun): "ValueError: You can't train a model that has been loaded in 8-bit precision on a different
+    # device than the one you're training on."
+    (FailureKind.CONFIG_VALIDATION, ("on a different device than the one you're training on",),
+     re.compile(r"loaded in \d+-bit precision on a different device than the one you're training on")),
     (FailureKind.DUPLICATE_GPU, ("Duplicate GPU", "same GPU", "invalid device ordinal"),
      re.compile(r"Duplicate GPU detected|on the same GPU|invalid device ordinal")),
     (FailureKind.CONFIG_VALIDATION, ("compiled without GPU", "without GPU support", "No CUDA GPUs", "built in",

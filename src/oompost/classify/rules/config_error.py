@@ -107,6 +107,11 @@ class ConfigError:
             title, sub = "The rendezvous port is already taken", "port_in_use"
             fixes.append(Fix("env", "MASTER_PORT", "a free port (e.g. 29501), or --master_port / --main_process_port",
                              "another job (or a stale one) on this host listens on the port init_process_group uses"))
+        elif "on a different device than the one you're training on" in msg:
+            title, sub = "A k-bit model was loaded on another GPU than the rank trains on", "device_map"
+            fixes.append(Fix("code", "device_map", "{'': int(os.environ['LOCAL_RANK'])} (or torch.cuda.current_device())",
+                             "under torchrun / accelerate each rank loads the quantized model onto its own GPU; "
+                             "device_map='auto' spreads one copy over every visible GPU"))
         elif (m := _SCHEDULER.search(msg)) is not None:
             title, sub = f"The batch scheduler ({m.group(1)}) refused or could not launch the job", "scheduler"
             if "credential expired" in msg or "Task launch" in msg:
@@ -128,6 +133,9 @@ class ConfigError:
             title, sub = f"The run stops until {m.group('key')} is set", "asked_setting"
             fixes.append(Fix("ds_config" if "config" in msg else "code", m.group("key"), value,
                              "the error message asks for it"))
+        if not fixes:
+            fixes.append(Fix("code", "the setting the error names", "correct it (the message above names it)",
+                             "the run stops on this check; memory was never the problem"))
         # the line that names the cause ("Duplicate GPU detected ...") is evidence beside the error line
         cited = (f.ref,) if f.last_error_ref is None or sub != "duplicate_gpu" else (f.ref, f.last_error_ref)
         return [Finding(
