@@ -718,3 +718,20 @@ def test_a_kbit_model_on_another_ranks_device_is_a_setting_with_its_fix():
     r = oompost.analyze([str(CORPUS / "yangjianxin1__Firefly__270" / "log.txt")])
     assert r.cause == "config_error" and r.primary.sub_cause == "device_map"
     assert r.primary.fixes and r.primary.fixes[0].key == "device_map"
+
+
+def test_a_message_padded_by_a_terminals_wrap_keeps_its_figures():
+    # aigc-apps/EasyAnimate#168 (dev): each wrapped row was padded to the terminal's width and pasted back as one
+    # line ("... is free. Includi<48 spaces>ng non-PyTorch memory ... reserved b<48 spaces>y PyTorch but unallocated")
+    o = parse_text((CORPUS / "aigc-apps__EasyAnimate__168" / "log.txt").read_text()).ooms[0]
+    assert o.requested_bytes == 1008 * 2**20
+    assert o.reserved_unallocated_bytes is not None and abs(o.reserved_unallocated_bytes - 12.26 * 2**30) < 2**24
+    assert o.process_in_use_bytes is not None
+
+
+def test_a_table_row_of_memory_readings_is_a_series():
+    # AUTOMATIC1111/stable-diffusion-webui#6068 (dev): "Memory (GiB)  | 8.7      | 12.1  | 13.9  | ..." over seven
+    # identical generations
+    ev = parse_text((CORPUS / "AUTOMATIC1111__stable-diffusion-webui__6068" / "log.txt").read_text())
+    assert ev.fact_value("cue.memory_growing") == 8
+    assert ev.fact_value("cue.memory_growing_range") == (8.7, 19.5)

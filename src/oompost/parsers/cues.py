@@ -69,6 +69,10 @@ _UNIT = {"k": 2**10, "m": 2**20, "g": 2**30}
 HOST_SERIES = re.compile(r"\bRAM\b|\brss\b|\bRSS\b|[Rr]esident|\b(?:host|cpu|CPU|system|System) ?mem|^Mem:|psutil|"
                          r"virtual_memory|\bswap\b", re.M)
 GPU_WORDS = re.compile(r"\b(?:GPU|gpu|cuda|CUDA|VRAM|vram)")
+# a table row of memory readings, one per column ("Memory (GiB)  | 8.7      | 12.1  | 13.9  | 15.5"): the label
+# before the first bar names memory, every cell after it is a figure
+MEM_ROW = re.compile(r"^\s*(?P<label>[^|]*?(?:[Mm]emory|VRAM|vram|\bRAM\b|\bmem\b)[^|]*?)\s*\|(?P<cells>(?:\s*\d+(?:\.\d+)?\s*\|){2,}"
+                     r"\s*\d+(?:\.\d+)?\s*)\|?\s*$")
 _NUMS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
 
 
@@ -228,7 +232,8 @@ class CueParser(SentinelParser):
                                                  "step", "Step", "iter", "Iter", "CUDA OOMs",
                                                  "Allocated memory", "GPU reserved memory", "Non-releasable memory",
                                                  "memory_allocated(", "memory_reserved(", "memory_cached(",
-                                                 "allocated", "reserved", "mem", "bytes", "RAM", "RSS", "rss"}))
+                                                 "allocated", "reserved", "mem", "bytes", "RAM", "RSS", "rss",
+                                                 "Memory", "VRAM"}))
 
     def setup(self) -> None:
         self._counts: dict[str, int] = {}
@@ -284,6 +289,13 @@ class CueParser(SentinelParser):
             self._query_answer(text, ln)
         elif self._readings < self.SERIES_READINGS and BARE_LINE.fullmatch(text):
             self._bare(text, ln)
+            return
+        if "|" in text and (row := MEM_ROW.match(text)) is not None:
+            key = "row " + _NUMS.sub("#", row.group("label").strip())
+            self._series[key] = [float(v) for v in _NUMS.findall(row.group("cells"))]
+            self._series_ln.setdefault(key, ln)
+            self._series_last[key] = ln
+            self._readings += 1
             return
         if "memory_" in text and (mq := MEMORY_QUERY.search(text)) and not has_digit(text[mq.end():]):
             self._query = "? " + _NUMS.sub("#", mq.group(0))

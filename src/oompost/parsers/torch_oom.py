@@ -90,6 +90,22 @@ def _glued_messages(text: str) -> list[str]:
     return [text[a:b] for a, b in zip(cuts, cuts[1:])]
 
 
+# A terminal that wraps a long line at a fixed width and pads each row to it, pasted back as one line: "... is
+# free. Includi                                                ng non-PyTorch memory ...".  A run of 8+ spaces is
+# the wrap: inside a word it joins (no space), between words it is one space; which of the two a run is can only
+# be told by the figures each reading yields, so both are read and the one with more figures is kept.
+_PAD = re.compile(r" {8,}")
+
+
+def _unpad(text: str, join_words: bool) -> str:
+    body = text.lstrip(" ")
+    lead = text[:len(text) - len(body)]
+    if not join_words:
+        return lead + _PAD.sub(" ", body)
+    return lead + _PAD.sub(lambda m: "" if m.start() > 0 and body[m.start() - 1].isalpha()
+                           and body[m.end():m.end() + 1].islower() else " ", body)
+
+
 def _size(m: re.Match[str] | None, group: str = "sz") -> int | None:
     return parse_size_or_none(m.group(group)) if m else None
 
@@ -140,6 +156,8 @@ class TorchOomParser:
                     message_format="malloc_async", exception="OutOfMemoryError", stack=self._stack(rank),
                     truncated=True))
             return
+        if "        " in text.strip():
+            text = self._best_reading(text, ln, rank)
         for part in _glued_messages(text):
             event = self._parse_line(part, ln, rank)
             if event is None:
@@ -157,6 +175,16 @@ class TorchOomParser:
                     event.requested_bytes or so_far.endswith("Tried to allocate")):
                 # (a wrap right after "Tried to allocate": the size starts the next line)
                 self._wrapped[rank] = [len(self.out.ooms) - 1, so_far, 6]
+
+    def _best_reading(self, text: str, ln: LogLine, rank: int | None) -> str:
+        """Of the line as pasted and its two un-padded readings, the one whose OOM message carries most figures."""
+        best, score = text, -1
+        for cand in (text, _unpad(text, True), _unpad(text, False)):
+            ev = self._parse_line(cand, ln, rank)
+            n = _figure_count(ev) if ev is not None else -1
+            if n > score:
+                best, score = cand, n
+        return best
 
     # a message wrapped by a terminal, a forum or a logger: its clauses continue on the next lines
     _CONTINUATION = re.compile(r"total capac|already allocated|free;|reserved in total|in total by PyTorch|cached\)|"
