@@ -735,3 +735,9 @@ def test_a_table_row_of_memory_readings_is_a_series():
     ev = parse_text((CORPUS / "AUTOMATIC1111__stable-diffusion-webui__6068" / "log.txt").read_text())
     assert ev.fact_value("cue.memory_growing") == 8
     assert ev.fact_value("cue.memory_growing_range") == (8.7, 19.5)
+
+
+def test_markdown_bold_markers_inside_a_message_do_not_hide_its_figures():
+    # hpcaitech/ColossalAI#3502 (dev): "C**UDA out of memory. Tried to allocate 1**72.00 MiB (GPU 0; 23.68 GiB ..."
+    o = parse_text((CORPUS / "hpcaitech__ColossalAI__3502" / "log.txt").read_text()).ooms[0]
+    assert o.requested_bytes == 172 * 2**20 and o.capacity_bytes is not None and o.reserved_bytes is not None

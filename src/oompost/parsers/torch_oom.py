@@ -156,7 +156,7 @@ class TorchOomParser:
                     message_format="malloc_async", exception="OutOfMemoryError", stack=self._stack(rank),
                     truncated=True))
             return
-        if "        " in text.strip():
+        if "        " in text.strip() or "**" in text:
             text = self._best_reading(text, ln, rank)
         for part in _glued_messages(text):
             event = self._parse_line(part, ln, rank)
@@ -177,9 +177,11 @@ class TorchOomParser:
                 self._wrapped[rank] = [len(self.out.ooms) - 1, so_far, 6]
 
     def _best_reading(self, text: str, ln: LogLine, rank: int | None) -> str:
-        """Of the line as pasted and its two un-padded readings, the one whose OOM message carries most figures."""
+        """Of the line as pasted, its two un-padded readings and the line without markdown's bold markers (a forum
+        post: "Tried to allocate 1**72.00 MiB"), the one whose OOM message carries most figures."""
         best, score = text, -1
-        for cand in (text, _unpad(text, True), _unpad(text, False)):
+        bare = text.replace("**", "")
+        for cand in (text, _unpad(text, True), _unpad(text, False), bare):
             ev = self._parse_line(cand, ln, rank)
             n = _figure_count(ev) if ev is not None else -1
             if n > score:
