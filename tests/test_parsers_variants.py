@@ -669,6 +669,7 @@ def test_a_coordination_timeout_and_a_refused_job_say_what_they_are():
     slurm = oompost.analyze([str(CORPUS / "meta-pytorch__torchforge__590" / "log.txt")])
     assert slurm.cause == "config_error" and slurm.primary.sub_cause == "scheduler"
     assert "sbatch" in slurm.primary.title
+    assert slurm.primary.detail.startswith("The job never started") and "rank" not in slurm.primary.detail
 
 
 def test_rapids_memory_manager_is_a_device_oom_with_its_own_knobs():

@@ -61,6 +61,7 @@ class ConfigError:
         sub = None
         msg = f.message or f.exception
         c = f.config or ConfigIssue()
+        sched = _SCHEDULER.search(msg)
         if f.kind is FailureKind.DUPLICATE_GPU or "Duplicate GPU" in msg + (f.last_error or ""):
             title, sub = "Two ranks were started on the same GPU", "duplicate_gpu"
             fixes.append(Fix("code", "torch.cuda.set_device", "int(os.environ['LOCAL_RANK'])",
@@ -112,8 +113,8 @@ class ConfigError:
             fixes.append(Fix("code", "device_map", "{'': int(os.environ['LOCAL_RANK'])} (or torch.cuda.current_device())",
                              "under torchrun / accelerate each rank loads the quantized model onto its own GPU; "
                              "device_map='auto' spreads one copy over every visible GPU"))
-        elif (m := _SCHEDULER.search(msg)) is not None:
-            title, sub = f"The batch scheduler ({m.group(1)}) refused or could not launch the job", "scheduler"
+        elif sched is not None:
+            title, sub = f"The batch scheduler ({sched.group(1)}) refused or could not launch the job", "scheduler"
             if "credential expired" in msg or "Task launch" in msg:
                 fixes.append(Fix("code", "re-submit the job step", "launch srun once per job step (not in a loop), "
                                  "check the nodes' clocks and slurmd after a reboot",
@@ -143,8 +144,11 @@ class ConfigError:
             not_fixes=() if sub in ("card_occupied", "kv_cache_too_small") else (
                 NotAFix("memory settings (offload, smaller batch, expandable_segments)",
                         "the run never allocated its model: nothing about memory failed"),),
-            signals=tuple(signals), numbers=(("exception", f.exception or "error"), ("message", msg[:300])),
-            detail=f"The first failing rank stopped with {f.exception or 'an error'}: {msg[:400]}", sub_cause=sub)]
+            signals=tuple(signals), numbers=(
+                (("scheduler", sched.group(1)) if sched is not None and sub == "scheduler" else
+                 ("exception", f.exception or "error")), ("message", msg[:300])),
+            detail=(f"The job never started: the scheduler answered {msg[:400]}" if sub == "scheduler" else
+                    f"The first failing rank stopped with {f.exception or 'an error'}: {msg[:400]}"), sub_cause=sub)]
 
 
 # Slurm's own error prefix: "sbatch: error: Memory specification can not be satisfied"
