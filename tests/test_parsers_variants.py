@@ -742,3 +742,12 @@ def test_markdown_bold_markers_inside_a_message_do_not_hide_its_figures():
     # hpcaitech/ColossalAI#3502 (dev): "C**UDA out of memory. Tried to allocate 1**72.00 MiB (GPU 0; 23.68 GiB ..."
     o = parse_text((CORPUS / "hpcaitech__ColossalAI__3502" / "log.txt").read_text()).ooms[0]
     assert o.requested_bytes == 172 * 2**20 and o.capacity_bytes is not None and o.reserved_bytes is not None
+
+
+def test_frees_mem_row_is_read_by_its_used_column():
+    # google/automl#224 (dev): `free --giga` sampled over a run, "Mem:  65  1  19  0  44  63" -> "Mem:  65  6 ...":
+    # the total is constant, what the processes use (the second column) rises
+    ev = parse_text((CORPUS / "google__automl__224" / "log.txt").read_text())
+    assert ev.fact_value("cue.host_memory_growing") is not None
+    first, last = ev.fact_value("cue.host_memory_growing_range")
+    assert first == 1 and last > first

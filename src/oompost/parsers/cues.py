@@ -116,6 +116,11 @@ def model_params_from_name(text: str) -> int | None:
 
 @memo_by_text
 def _figure(text: str) -> tuple[str, float] | None:
+    if text.startswith("Mem:"):
+        # free's row: total, used, free, shared, buff/cache, available -- what the processes use is "used"
+        nums = _NUMS.findall(text)
+        if len(nums) >= 3:
+            return _NUMS.sub("#", text.strip())[:120], float(nums[1].replace(",", ""))
     m = _FIGURE.search(text)
     if m is None:
         return None
@@ -233,7 +238,7 @@ class CueParser(SentinelParser):
                                                  "Allocated memory", "GPU reserved memory", "Non-releasable memory",
                                                  "memory_allocated(", "memory_reserved(", "memory_cached(",
                                                  "allocated", "reserved", "mem", "bytes", "RAM", "RSS", "rss",
-                                                 "Memory", "VRAM"}))
+                                                 "Memory", "VRAM", "Mem:"}))
 
     def setup(self) -> None:
         self._counts: dict[str, int] = {}
@@ -311,7 +316,7 @@ class CueParser(SentinelParser):
         if self._readings < self.SERIES_READINGS and (
                 "MiB" in text or "MB" in text or "GB" in text or "GiB" in text or "alloc" in text or "reserved" in text
                 or "emory" in text or "mem" in text or "bytes" in text or "RAM" in text or "RSS" in text
-                or "rss" in text) and "Tried to allocate" not in text and "total capacity" not in text:
+                or "rss" in text or "Mem:" in text) and "Tried to allocate" not in text and "total capacity" not in text:
             fig = _figure(text)
             if fig is not None:
                 self._readings += 1
