@@ -751,3 +751,13 @@ def test_frees_mem_row_is_read_by_its_used_column():
     assert ev.fact_value("cue.host_memory_growing") is not None
     first, last = ev.fact_value("cue.host_memory_growing_range")
     assert first == 1 and last > first
+
+
+def test_a_library_handle_that_cannot_be_created_is_a_set_up_to_correct():
+    # georgeguimaraes/soothsayer#6 (dev): EXLA preallocates 22816161792 bytes, then "Could not create cudnn handle:
+    # CUDNN_STATUS_INTERNAL_ERROR" with 433717248 bytes free
+    import oompost
+
+    r = oompost.analyze([str(CORPUS / "georgeguimaraes__soothsayer__6" / "log.txt")])
+    assert r.cause == "config_error" and r.primary.sub_cause == "library_init"
+    assert any("PREALLOCATE" in f.key for f in r.primary.fixes)
