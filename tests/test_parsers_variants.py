@@ -761,3 +761,15 @@ def test_a_library_handle_that_cannot_be_created_is_a_set_up_to_correct():
     r = oompost.analyze([str(CORPUS / "georgeguimaraes__soothsayer__6" / "log.txt")])
     assert r.cause == "config_error" and r.primary.sub_cause == "library_init"
     assert any("PREALLOCATE" in f.key for f in r.primary.fixes)
+
+
+def test_riches_marked_source_line_places_an_excerpt_without_frame_headers():
+    # deepspeedai/DeepSpeed#2672 (dev): only rich's boxed source context survives above the message; its marked
+    # line ("❱  905 │ ... return t.to(device, ...") is the failing statement: the model moving to the GPU
+    import oompost
+
+    ev = parse_text((CORPUS / "deepspeedai__DeepSpeed__2672" / "log.txt").read_text())
+    fr = ev.ooms[0].stack.frames
+    assert fr and fr[-1].text.startswith("return t.to(device")
+    r = oompost.analyze([str(CORPUS / "deepspeedai__DeepSpeed__2672" / "log.txt")])
+    assert r.to_json()["oom"]["phase"] == "model_to_device"

@@ -185,6 +185,7 @@ _TB_FRAME_IPY = re.compile(r'^\s*File (?P<file>\S+\.py):(?P<line>\d+), in (?P<na
 _TB_FRAME_RICH = re.compile(r'^\s*(?P<file>(?:/|~|[A-Za-z]:\\|\.)?\S*?\.py):(?P<line>\d+) in (?P<name>[\w.<>]+)\s*$')
 _RICH_CODE = re.compile(r"^\s*(?:❱\s*)?\d+\s")                   # rich's numbered source context
 _BOX_ONLY = frozenset("╭╰─╮╯│ ")
+_RICH_MARKED = re.compile(r"^\s*❱\s*\d+\s*")                         # "❱  905 │ return t.to(device, ..."
 
 
 # a CPython frame behind a prefix no launcher rule knows ("node-12: ", "(pid=2345) ", a logger's stamp)
@@ -246,7 +247,7 @@ class TracebackTracker:
         self.closed: list[tuple[int, Stack]] = []          # (line where it ended, frames), in file order
 
     # a frame line also opens a traceback: excerpts pasted into issues often lack the header
-    SENTINELS = (_TB_START, 'File "', "File /", ".py:")
+    SENTINELS = (_TB_START, 'File "', "File /", ".py:", "❱")
     TRIGGER = re.compile(re.escape(_TB_START))
 
     @property
@@ -265,6 +266,13 @@ class TracebackTracker:
             return
         if st is not None and st.active and st.prefix and text.startswith(st.prefix):
             text = text[len(st.prefix):]
+        if (st is None or not st.active) and text.lstrip().startswith("❱"):
+            # rich's marked line of an excerpt that kept only the boxes' source context (no frame header): the
+            # failing statement, as a traceback whose frame header was lost
+            code = _RICH_MARKED.sub("", text).replace("│", " ").strip()
+            if code:
+                self._last[rank] = Stack((Frame("", 0, LOST_FRAME, " ".join(code.split())[:200]),))
+            return
         if st is None or not st.active:
             m = match_frame(text)
             prefix = ""
