@@ -770,6 +770,6 @@ def test_riches_marked_source_line_places_an_excerpt_without_frame_headers():
 
     ev = parse_text((CORPUS / "deepspeedai__DeepSpeed__2672" / "log.txt").read_text())
     fr = ev.ooms[0].stack.frames
-    assert fr and fr[-1].text.startswith("return t.to(device")
+    assert fr and fr[-1].code.startswith("return t.to(device")
     r = oompost.analyze([str(CORPUS / "deepspeedai__DeepSpeed__2672" / "log.txt")])
     assert r.to_json()["oom"]["phase"] == "model_to_device"
