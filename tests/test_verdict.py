@@ -234,3 +234,12 @@ def test_the_fallback_capacity_fixes_follow_the_framework(text, first_kind, ds_f
     assert any(x.kind == "ds_config" for x in f.fixes) is ds_fix
     if not ds_fix:
         assert f.fixes[0].key.startswith("LoRA") and any("8-bit" in x.key for x in f.fixes)
+
+
+def test_fragmentation_compares_the_new_segment_not_the_request_with_what_is_free():
+    # neurosim/DNN_NeuroSim_V1.3#28 (dev, fragmentation; a blind reader called it decidable): "Tried to allocate
+    # 1.12 MiB (...; 3.56 MiB free; 787.74 MiB cached)".  A 1-10 MiB request needs a new 20 MiB segment, which
+    # 3.56 MiB free cannot give, while 787.74 MiB sits cached: FRAG001 holds
+    r = oompost.analyze([str(Path(__file__).parent / "corpus" / "neurosim__DNN_NeuroSim_V1.3__28" / "log.txt")])
+    f = next(f for f in r.findings if f.code == "FRAG001")
+    assert any("20.00 MiB" in s or "0.02 GiB" in s for s, _ in f.signals)

@@ -22,6 +22,7 @@ from ...analysis.context import Context
 from ...analysis.phase import Phase
 from ...analysis.steps import larger_step, leak_trend, max_peak_allocated
 from ..base import Cause, Finding, Fix, NotAFix, confidence
+from ...analysis.allocator_rules import allocation_size
 from ._common import b, headroom, limit_label, oom_refs
 
 
@@ -39,11 +40,14 @@ class Fragmentation:
             return []
         if R > ru + H:
             return []            # would not fit even with zero fragmentation
-        if R <= H:
+        # the allocator asks CUDA for a whole new segment, not for the request: 2 MiB for a small request, 20 MiB
+        # for one of 1-10 MiB (allocator.md, get_allocation_size)
+        seg = allocation_size(R)
+        if seg <= H:
             return []            # a new segment fits: not an allocator-layout failure
         signals: list[tuple[str, float]] = [
             (f"the {b(R)} request fits in reserved-but-unallocated {b(ru)} + headroom {b(H)}, "
-             "but not in a new segment", 0.3)]
+             f"but not in a new segment" + (f" ({b(seg)})" if seg != R else ""), 0.3)]
         numbers = [("failed request (segment-rounded)", b(R)), ("allocated by PyTorch", b(A)),
                    ("reserved but unallocated", b(ru)), ("headroom below " + limit_label(ctx), b(H)),
                    (limit_label(ctx), b(ctx.limit_bytes))]
