@@ -48,6 +48,8 @@ _DETAIL = {
                             "attention scores, logits and the loss, or a KV cache.",
 }
 
+_LARGER_CARD = Fix("code", "more GPUs or a larger card", "", "model states scale with the parameter count")
+
 _FIXES = {
     Cause.CONFIG_ERROR: (Fix("ds_config", "the setting the error names", "correct it",
                              "the run stops on validation; memory was never the problem"),),
@@ -70,7 +72,7 @@ _FIXES = {
                          "moves the optimizer state (12 bytes per parameter) to host RAM"),
                      Fix("code", "LoRA / QLoRA", "train adapters instead of every weight",
                          "optimizer state only for the adapters"),
-                     Fix("code", "more GPUs or a larger card", "", "model states scale with the parameter count")),
+                     _LARGER_CARD),
     Cause.LEAK: (Fix("code", "release per-step tensors", "loss.item() / .detach().cpu() before storing",
                      "a stored tensor keeps its whole autograd graph alive"),
                  Fix("code", "evaluation under torch.no_grad()", "with torch.no_grad(): ...",
@@ -105,7 +107,7 @@ _CAPACITY_NO_DEEPSPEED = (
         "Adam's two moments take 2 bytes per parameter instead of 8"),
     Fix("code", "shard the model states", "FSDP or DeepSpeed ZeRO-3 over several GPUs (with CPU offload on one)",
         "each GPU holds 1/N of weights, gradients and optimizer state; on one GPU only offload frees memory"),
-    Fix("code", "more GPUs or a larger card", "", "model states scale with the parameter count"),
+    _LARGER_CARD,
 )
 
 # LoRA is already on: what is left of the model states is mostly the frozen 16-bit base.
@@ -182,8 +184,11 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
         detail += f" The failing allocation is in {ctx.phase.phase.value}"
         detail += f" ({ctx.phase.why})." if ctx.phase.why else "."
     # one line can be both the OOM and a failure (another runtime's message): cite it once
-    seen: set = set()
-    refs = [r for r in refs if (r.source, r.line) not in seen and not seen.add((r.source, r.line))]
+    cited: list[SourceRef] = []
+    for r in refs:
+        if not any((r.source, r.line) == (c.source, c.line) for c in cited):
+            cited.append(r)
+    refs = cited
     return Finding("VERDICT", cause, _TITLES.get(cause, cause.value), v.probability, evidence=tuple(refs[:5]),
                    fixes=fixes, not_fixes=() if ctx.is_serving or ctx.own_runtime else _NOT.get(cause, ()),
                    signals=signals,

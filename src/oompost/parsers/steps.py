@@ -54,7 +54,7 @@ PARAMS = (
     re.compile(r"(?:total|num|n)[_ ]?param(?:eter)?s\s*[:=]\s*(?P<n>[\d,]{7,})", re.IGNORECASE),
     re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*(?P<u>[BM])\s+(?:total\s+)?param(?:eter)?s\b"),
     # in words, any case: EasyDeL's "Model Contain  1.100048384  Billion Parameters"
-    re.compile(r"(?P<n>\d+(?:\.\d+)?)\s+(?P<u>[Bb]illion|[Mm]illion)\s+(?:total\s+)?param(?:eter)?s\b", re.IGNORECASE),
+    re.compile(r"(?P<n>\d+(?:\.\d+)?)\s+(?P<u>billion|million)\s+(?:total\s+)?param(?:eter)?s\b", re.IGNORECASE),
 )
 TRAINABLE = re.compile(r"trainable params:\s*(?P<n>[\d,]+)|(?P<n2>[\d,]{7,}) trainable\b")
 KV_INT = re.compile(r"\b(?P<key>per_device_train_batch_size|train_micro_batch_size_per_gpu|micro_batch_size|"
