@@ -573,6 +573,16 @@ _PRESET_CONFIGS: dict[str, dict[str, Any]] = {
                    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 131072,
                    "use_sliding_window": False, "max_window_layers": 28, "attention_dropout": 0.0,
                    "tie_word_embeddings": False, "vocab_size": 152064, "torch_dtype": "bfloat16"},
+    # openai-community/gpt2-medium, gpt2-large, gpt2-xl (n_inner null: 4 x n_embd; tied embeddings)
+    "gpt2-medium": {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
+                    "n_embd": 1024, "n_layer": 24, "n_head": 16, "n_ctx": 1024, "n_positions": 1024,
+                    "vocab_size": 50257, "resid_pdrop": 0.1, "attn_pdrop": 0.1},
+    "gpt2-large": {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
+                   "n_embd": 1280, "n_layer": 36, "n_head": 20, "n_ctx": 1024, "n_positions": 1024,
+                   "vocab_size": 50257, "resid_pdrop": 0.1, "attn_pdrop": 0.1},
+    "gpt2-xl": {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
+                "n_embd": 1600, "n_layer": 48, "n_head": 25, "n_ctx": 1024, "n_positions": 1024,
+                "vocab_size": 50257, "resid_pdrop": 0.1, "attn_pdrop": 0.1},
     # mistralai/Mistral-7B-v0.1
     "mistral-7b": {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_act": "silu",
                    "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 32768,
