@@ -243,3 +243,15 @@ def test_fragmentation_compares_the_new_segment_not_the_request_with_what_is_fre
     r = oompost.analyze([str(Path(__file__).parent / "corpus" / "neurosim__DNN_NeuroSim_V1.3__28" / "log.txt")])
     f = next(f for f in r.findings if f.code == "FRAG001")
     assert any("20.00 MiB" in s or "0.02 GiB" in s for s, _ in f.signals)
+
+
+# CAP001 on a run without DeepSpeed offers the run's own knobs, not ds_config keys: a real plain-PyTorch capture
+# (Llama-3.2-1B fp32 AdamW on an 11 GB 2080 Ti).  Sharding is priced as ZeRO-3 with CPU offload.
+def test_cap001_without_deepspeed_offers_no_ds_config_keys():
+    r = oompost.analyze([str(SAMPLES / "capacity_llama3.2_1b_plain_loop_2080ti" / "run.log")])
+    cap = next(f for f in r.findings if f.code == "CAP001")
+    assert not any(x.kind == "ds_config" for x in cap.fixes)
+    keys = [x.key for x in cap.fixes]
+    assert keys.index("8-bit optimizer") < keys.index("shard the model states")
+    shard = next(x for x in cap.fixes if x.key == "shard the model states")
+    assert "ZeRO-3 with CPU offload: predicted peak" in shard.why

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..model import SourceRef
 from .base import Cause, Finding, Fix, NotAFix
-from .rules._common import RUNTIME_FIXES, SERVING_CAPACITY_FIXES
+from .rules._common import CAPACITY_NO_DEEPSPEED, LARGER_CARD, RUNTIME_FIXES, SERVING_CAPACITY_FIXES
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analysis.context import Context
@@ -48,7 +48,6 @@ _DETAIL = {
                             "attention scores, logits and the loss, or a KV cache.",
 }
 
-_LARGER_CARD = Fix("code", "more GPUs or a larger card", "", "model states scale with the parameter count")
 
 _FIXES = {
     Cause.CONFIG_ERROR: (Fix("ds_config", "the setting the error names", "correct it",
@@ -72,7 +71,7 @@ _FIXES = {
                          "moves the optimizer state (12 bytes per parameter) to host RAM"),
                      Fix("code", "LoRA / QLoRA", "train adapters instead of every weight",
                          "optimizer state only for the adapters"),
-                     _LARGER_CARD),
+                     LARGER_CARD),
     Cause.LEAK: (Fix("code", "release per-step tensors", "loss.item() / .detach().cpu() before storing",
                      "a stored tensor keeps its whole autograd graph alive"),
                  Fix("code", "evaluation under torch.no_grad()", "with torch.no_grad(): ...",
@@ -97,18 +96,6 @@ _FIXES = {
                              Fix("trainer_arg", "attn_implementation", "sdpa",
                                  "eager attention materialises batch × heads × seq² scores")),
 }
-
-# Without DeepSpeed in the inputs ZeRO is a change of framework, not a setting: the knobs of the run in hand come
-# first (adapters, an 8-bit optimizer), sharding after them, and sharding on one GPU frees memory only with offload.
-_CAPACITY_NO_DEEPSPEED = (
-    Fix("code", "LoRA / QLoRA", "train adapters (QLoRA: 4-bit frozen weights) instead of every weight",
-        "gradients and optimizer state only for the adapters; 4-bit weights take a quarter of 16-bit ones"),
-    Fix("code", "8-bit optimizer", "bitsandbytes AdamW8bit (optim=adamw_bnb_8bit / paged_adamw_8bit)",
-        "Adam's two moments take 2 bytes per parameter instead of 8"),
-    Fix("code", "shard the model states", "FSDP or DeepSpeed ZeRO-3 over several GPUs (with CPU offload on one)",
-        "each GPU holds 1/N of weights, gradients and optimizer state; on one GPU only offload frees memory"),
-    _LARGER_CARD,
-)
 
 # LoRA is already on: what is left of the model states is mostly the frozen 16-bit base.
 _QLORA = Fix("code", "QLoRA", "load the frozen base in 4-bit (bitsandbytes nf4)",
@@ -171,7 +158,7 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
     elif cause is Cause.CAPACITY and ctx.is_serving:
         fixes = SERVING_CAPACITY_FIXES
     elif cause is Cause.CAPACITY and not ctx.setup.deepspeed:
-        fixes = _CAPACITY_NO_DEEPSPEED if ctx.setup.lora_r is None else (_QLORA,) + _CAPACITY_NO_DEEPSPEED[1:]
+        fixes = CAPACITY_NO_DEEPSPEED if ctx.setup.lora_r is None else (_QLORA,) + CAPACITY_NO_DEEPSPEED[1:]
     signals = tuple((f"{name} (learned weight)", round(w, 3)) for name, w in v.contributions)
     detail = _DETAIL.get(cause, "")
     if cause is Cause.LEAK:

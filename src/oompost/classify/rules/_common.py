@@ -40,6 +40,19 @@ RMM_FIXES = (Fix("code", "more GPUs or partitions", "a Dask-CUDA cluster over mo
              Fix("code", "XGBoost's QuantileDMatrix", "build the training matrix with xgboost.dask.DaskQuantileDMatrix",
                  "keeps the quantised matrix only, not the raw features as well"))
 RUNTIME_FIXES = {"ggml": GGML_FIXES, "tensorrt": TENSORRT_FIXES, "rmm": RMM_FIXES}
+LARGER_CARD = Fix("code", "more GPUs or a larger card", "", "model states scale with the parameter count")
+# Without DeepSpeed in the inputs ZeRO is a change of framework, not a setting: the knobs of the run in hand come
+# first (adapters, an 8-bit optimizer), sharding after them, and sharding on one GPU frees memory only with offload.
+CAPACITY_NO_DEEPSPEED = (
+    Fix("code", "LoRA / QLoRA", "train adapters (QLoRA: 4-bit frozen weights) instead of every weight",
+        "gradients and optimizer state only for the adapters; 4-bit weights take a quarter of 16-bit ones"),
+    Fix("code", "8-bit optimizer", "bitsandbytes AdamW8bit (optim=adamw_bnb_8bit / paged_adamw_8bit)",
+        "Adam's two moments take 2 bytes per parameter instead of 8"),
+    Fix("code", "shard the model states", "FSDP or DeepSpeed ZeRO-3 over several GPUs (with CPU offload on one)",
+        "each GPU holds 1/N of weights, gradients and optimizer state; on one GPU only offload frees memory"),
+    LARGER_CARD,
+)
+
 # an inference server whose weights and KV cache do not fit: its own settings, not a trainer's
 SERVING_CAPACITY_FIXES = (Fix("code", "--tensor-parallel-size", "the number of GPUs the weights must be split over",
                               "each GPU then holds 1/N of the weights"),

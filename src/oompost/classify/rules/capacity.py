@@ -15,17 +15,21 @@ snapshot and no memory model, the live blocks stand in for it
 **Fix**  Partition or move model states: a higher ZeRO stage across more
 GPUs, ``offload_optimizer`` (and at stage 3 ``offload_param``) to CPU/NVMe,
 LoRA/QLoRA, or a smaller model.  A smaller micro-batch cannot help: model
-states do not depend on it.
+states do not depend on it.  A run without DeepSpeed gets its own knobs first
+(LoRA, an 8-bit optimizer), then sharding (FSDP or ZeRO-3, priced as ZeRO-3
+with CPU offload), not ds_config keys it has no file for.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...analysis.context import Context
 from ...analysis.phase import Phase
 from ...analysis.steps import noun
-from ...analysis.whatif import fits, what_if
+from ...analysis.whatif import WhatIf, fits, what_if
 from ..base import Cause, Finding, Fix, NotAFix, confidence
-from ._common import HOLD, RUNTIME_FIXES, SERVING_CAPACITY_FIXES, b, headroom, limit_label, oom_refs
+from ._common import CAPACITY_NO_DEEPSPEED, HOLD, RUNTIME_FIXES, SERVING_CAPACITY_FIXES, b, headroom, limit_label, oom_refs
 
 _STARTUP = (Phase.MODEL_INIT, Phase.MODEL_TO_DEVICE, Phase.ZERO_INIT, Phase.OPTIMIZER_INIT, Phase.GRAD_PARTITION,
             Phase.OPTIMIZER_STEP, Phase.CHECKPOINT_LOAD)
@@ -142,8 +146,8 @@ class Capacity:
             signals=tuple(signals), numbers=tuple(numbers), detail=detail)]
 
     def _fixes(self, ctx: Context) -> list[Fix]:
-        L = ctx.limit_bytes
-        out: list[Fix] = []
+        if not ctx.setup.deepspeed:
+            return self._fixes_without_deepspeed(ctx)
         ws = int(ctx.setup.get("world_size", 1) or 1)
         stage = int(ctx.setup.get("zero_stage", 0) or 0)
         cands = []
@@ -158,20 +162,39 @@ class Capacity:
         if ctx.setup.offload_param == "none" or stage < 3:
             cands.append(("ds_config", "zero_optimization.stage + offload_param", {"stage": 3, "offload_param": {
                 "device": "cpu", "pin_memory": True}, "offload_optimizer": {"device": "cpu", "pin_memory": True}},
-                what_if(ctx, "ZeRO-3 + offload", zero_stage=3, offload_optimizer="cpu", offload_param="cpu",
-                        micro_batch=1, grad_ckpt=True),
-                "keeps only the layers being computed on the GPU (needs host RAM for the rest)"))
+                _zero3_offload(ctx), "keeps only the layers being computed on the GPU (needs host RAM for the rest)"))
         if ctx.setup.get("lora_r") is None:
-            cands.append(("trainer_arg", "lora_r", 16, what_if(ctx, "LoRA r=16", lora_rank=16, grad_ckpt=True),
+            cands.append(("trainer_arg", "lora_r", 16, _lora(ctx),
                           "trains adapters only: no gradients or optimizer state for the frozen weights"))
-        if not ctx.setup.deepspeed:
-            # a run without DeepSpeed: adapters are a change to the run, DeepSpeed a change of stack
-            cands.sort(key=lambda c: c[1] != "lora_r")
-        for kind, key, value, w, why in cands:
-            if w is None:
-                out.append(Fix(kind, key, value, why))
-                continue
-            verdict = "fits" if fits(w, L) else "still does not fit"
-            host = f", host RAM {b(w.estimate.host_bytes)}" if w.estimate.host_bytes else ""
-            out.append(Fix(kind, key, value, f"{why}; predicted peak {b(w.peak)} ({verdict}{host})"))
+        return [Fix(kind, key, value, _priced(ctx, why, w)) for kind, key, value, w, why in cands]
+
+    def _fixes_without_deepspeed(self, ctx: Context) -> list[Fix]:
+        """A run without DeepSpeed: adapters and an 8-bit optimizer are changes to the run in hand; ZeRO or FSDP is
+        a change of stack, priced as ZeRO-3 with CPU offload (on one GPU only offload frees memory)."""
+        lora, eight_bit, shard, larger = CAPACITY_NO_DEEPSPEED
+        out = []
+        if ctx.setup.get("lora_r") is None:
+            out.append(Fix("trainer_arg", "lora_r", 16, _priced(
+                ctx, "trains adapters only: no gradients or optimizer state for the frozen weights", _lora(ctx))))
+        out.append(eight_bit)
+        out.append(replace(shard, why=_priced(ctx, shard.why, _zero3_offload(ctx), "ZeRO-3 with CPU offload")))
+        out.append(larger)
         return out
+
+
+def _lora(ctx: Context) -> WhatIf | None:
+    return what_if(ctx, "LoRA r=16", lora_rank=16, grad_ckpt=True)
+
+
+def _zero3_offload(ctx: Context) -> WhatIf | None:
+    return what_if(ctx, "ZeRO-3 + offload", deepspeed=True, zero_stage=3, offload_optimizer="cpu",
+                   offload_param="cpu", micro_batch=1, grad_ckpt=True)
+
+
+def _priced(ctx: Context, why: str, w: WhatIf | None, what: str = "") -> str:
+    """``why`` with the what-if's predicted peak against the limit, when the memory model could price it."""
+    if w is None:
+        return why
+    verdict = "fits" if fits(w, ctx.limit_bytes) else "still does not fit"
+    host = f", host RAM {b(w.estimate.host_bytes)}" if w.estimate.host_bytes else ""
+    return f"{why}; {what + ': ' if what else ''}predicted peak {b(w.peak)} ({verdict}{host})"
