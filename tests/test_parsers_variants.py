@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import oompost
 from oompost.model import FailureKind, OomKind
 from oompost.parsers import parse_text
 
@@ -773,3 +774,16 @@ def test_riches_marked_source_line_places_an_excerpt_without_frame_headers():
     assert fr and fr[-1].code.startswith("return t.to(device")
     r = oompost.analyze([str(CORPUS / "deepspeedai__DeepSpeed__2672" / "log.txt")])
     assert r.to_json()["oom"]["phase"] == "model_to_device"
+
+
+# NCCL's shm_open refused with "Permission denied" is a set-up failure of its shared-memory transport, not a full
+# /dev/shm: pytorch/pytorch#37004 (dev, nccl_error; fixing /dev/shm's permissions removed it).  A full /dev/shm
+# (posix_fallocate: No space left on device) stays host memory: pytorch/pytorch#40622 (dev, host_oom).
+def test_a_refused_shm_open_is_a_distributed_set_up_failure_not_host_memory():
+    refused = oompost.analyze([str(CORPUS / "pytorch__pytorch__37004" / "log.txt")])
+    assert refused.cause == "nccl_error"
+    nccl = next(f for f in refused.findings if f.code == "NCCL001")
+    assert nccl.sub_cause == "shm_refused" and any(x.key == "NCCL_SHM_DISABLE" for x in nccl.fixes)
+    assert not any(f.code == "HOST001" for f in refused.findings)
+    full = oompost.analyze([str(CORPUS / "pytorch__pytorch__40622" / "log.txt")])
+    assert full.cause == "host_oom"

@@ -255,3 +255,19 @@ def test_cap001_without_deepspeed_offers_no_ds_config_keys():
     assert keys.index("8-bit optimizer") < keys.index("shard the model states")
     shard = next(x for x in cap.fixes if x.key == "shard the model states")
     assert "ZeRO-3 with CPU offload: predicted peak" in shard.why
+
+
+# An FSDP run holds 1/N of its model states per GPU: the memory model, which prices a full replica (plain PyTorch)
+# or DeepSpeed, must not call it capacity from an unsharded estimate.  meta-llama/llama-cookbook#898 (dev,
+# activation_spike): torchtune's full_finetune_distributed of an 8B model over `--nproc_per_node 8` 24 GB cards
+# was called capacity with "model states take 134.62 GiB".
+def test_an_fsdp_run_is_not_priced_as_a_full_replica():
+    from oompost.analysis.context import build_context
+    from oompost.parsers import parse_paths
+
+    ctx = build_context(parse_paths([str(Path(__file__).parent / "corpus" / "meta-llama__llama-cookbook__898" /
+                                         "log.txt")]))
+    assert ctx.setup.fsdp and ctx.setup.get("world_size") == 8
+    assert ctx.estimate is None and any("FSDP" in n for n in ctx.notes)
+    r = oompost.analyze([str(Path(__file__).parent / "corpus" / "meta-llama__llama-cookbook__898" / "log.txt")])
+    assert r.cause != "capacity"

@@ -306,7 +306,11 @@ def build_context(ev: Evidence) -> Context:
             notes.append(f"allocator replay unavailable: {type(e).__name__}: {e}")
     spec = _spec(setup)
     ts = est = est_min = None
-    if spec is not None:
+    if spec is not None and setup.fsdp:
+        # FSDP shards weights, gradients and optimizer state (1/N each, in the run's own dtypes): the memory model
+        # prices plain PyTorch and DeepSpeed only, and a full replica per GPU would call any FSDP run capacity
+        notes.append("memory model skipped: the run shards its model states with FSDP, which it does not model")
+    elif spec is not None:
         try:
             ts = make_train_setup(setup)
             est = estimate(spec, ts, device_bytes=limit)

@@ -33,6 +33,7 @@ class RunSetup:
     offload_param: str = "none"
     dtype: str = "bf16"
     world_size: Value | None = None
+    fsdp: bool = False                         # model states sharded by FSDP (not priced by the memory model)
     micro_batch: Value | None = None
     grad_accum: Value | None = None
     seq_len: Value | None = None
@@ -119,6 +120,9 @@ def build_setup(ev: Evidence) -> RunSetup:
         dtype = "bf16"                        # no DeepSpeed config at all: the usual mixed-precision run
 
     world = _fact(ev, "world_size", "nccl.nranks")
+    if world is None and (nproc := _fact(ev, "nproc_per_node")) is not None:
+        nodes = _int(ev.fact_value("nnodes")) or 1
+        world = Value(int(nproc.value) * nodes, nproc.ref)
     if world is None:
         ranks = {o.rank for o in ev.ooms if o.rank is not None} | {e.rank for e in ev.exits if e.rank is not None}
         if len(ranks) > 1:
@@ -159,7 +163,8 @@ def build_setup(ev: Evidence) -> RunSetup:
     return RunSetup(
         deepspeed=deepspeed, ds_config=cfg, ds_config_ref=seen.ref if seen else None,
         ds_config_origin=seen.origin if seen else "", zero_stage=stage, offload_optimizer=offload_opt,
-        offload_param=offload_par, dtype=dtype, world_size=world, micro_batch=micro, grad_accum=gas, seq_len=seq,
+        offload_param=offload_par, dtype=dtype, world_size=world,
+        fsdp=not deepspeed and ev.fact("cue.fsdp") is not None, micro_batch=micro, grad_accum=gas, seq_len=seq,
         grad_ckpt=ckpt, attn=attn, lora_r=lora, model_params=params, trainable_params=trainable,
         deepspeed_version=ev.fact_value("deepspeed.version") or None,
         torch_version=ev.fact_value("torch.version") or None, ds=model)

@@ -50,6 +50,11 @@ CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
     "multi_process": (("Process ",), re.compile(r"Process \d+ has [\d.]+ [KMG]iB memory in use")),
     # inference-only code paths (no backward: no activations kept beyond one layer)
     "no_grad": (("no_grad", "inference_mode"), re.compile(r"no_grad|inference_mode")),
+    # model states sharded by FSDP (torchtune's *_distributed recipes, accelerate's FSDP plugin, the wrapper's
+    # own frames): per GPU they are 1/N of the model's, like ZeRO-3's
+    "fsdp": (("FSDP", "fsdp", "FullyShardedDataParallel", "fully_shard", "finetune_distributed"),
+             re.compile(r"\bFSDP\b|\bfsdp\b|/fsdp/|FullyShardedDataParallel|\bfully_shard\b|"
+                        r"\b(?:full|lora|qat|knowledge_distillation)_finetune_distributed\b")),
     # an OOM text that comes from a parameter-efficient set-up
     "peft": (("lora", "LoRA", "peft", "trainable params"), re.compile(r"lora|LoRA|peft|trainable params")),
 }

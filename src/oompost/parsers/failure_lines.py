@@ -67,7 +67,8 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                 # Ray's memory monitor, which kills a worker before the kernel would
                 + _RAY_MONITOR.pattern)),
     (FailureKind.SHM, ("Bus error", "shared memory", "/dev/shm", "shm", "receive FIFO"),
-     re.compile(r"Bus error|bus error|insufficient shared memory|/dev/shm|shm_open|"
+     # (shm_open refused with "Permission denied" is a set-up fault, not a full /dev/shm: pytorch#37004)
+     re.compile(r"Bus error|bus error|insufficient shared memory|/dev/shm|shm_open(?!.*Permission denied)|"
                 # UCX's shared-memory transport: "mm_iface failed to allocate receive FIFO"
                 r"failed to allocate receive FIFO|"
                 r"No space left on device.*shm|unable to (?:open|write to) shared memory")),

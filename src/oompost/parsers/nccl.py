@@ -329,6 +329,7 @@ class NcclParser:
         self._warn_texts: dict[str, set[PidKey]] = {}
         self._facts_seen: set[tuple] = set()
         self._full_warned = False
+        self._shm_refused: set[PidKey] = set()   # processes whose shm_open was refused (a permission, not space)
 
     # ------------------------------------------------------------ feed
 
@@ -474,8 +475,16 @@ class NcclParser:
         if "Mismatched NCCL version" in msg:
             add(K.NCCL_INVALID_USAGE, msg, nccl_result="ncclInvalidUsage")
             return
+        if "shm_open failed" in msg and ("Permission denied" in msg or "Operation not permitted" in msg):
+            # /dev/shm refused the segment (its permissions, a container's mount): nothing ran out (pytorch#37004)
+            self._shm_refused.add(pidkey)
+            add(K.NCCL_SYSTEM, f"NCCL could not open its shared-memory segment: {msg}", nccl_result="ncclSystemError")
+            return
         if "shared memory" in msg or "/dev/shm" in msg:
-            add(K.SHM, f"NCCL shared-memory transport failed: {msg}", site="host", nccl_result="ncclSystemError")
+            if pidkey in self._shm_refused:
+                add(K.NCCL_SYSTEM, f"NCCL shared-memory transport refused: {msg}", nccl_result="ncclSystemError")
+            else:
+                add(K.SHM, f"NCCL shared-memory transport failed: {msg}", site="host", nccl_result="ncclSystemError")
             return
         if ("completion" in msg and "NET/IB" in msg) or "remote peer" in msg or "Call to recv" in msg \
                 or "Socket recv failed" in msg or "retry count" in msg or ("onnect to" in msg and "failed" in msg):

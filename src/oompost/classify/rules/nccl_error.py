@@ -7,6 +7,8 @@ failed, or NVLS/Fabric Manager is misconfigured.  Later ranks' timeouts and
 
 JAX's coordination service timing out at multi-host start-up (a task that never
 registered or never reached a barrier) is the same failure in another stack.
+NCCL's ``shm_open`` refused with "Permission denied" is a set-up failure of its
+shared-memory transport (``/dev/shm`` permissions), not a full ``/dev/shm``.
 
 **Fix**  Look at the first failing rank (the laggard: lowest "last enqueued
 work").  Enable the flight recorder (``TORCH_NCCL_TRACE_BUFFER_SIZE=2000``,
@@ -73,6 +75,13 @@ class NcclError:
                                 "compare 'last enqueued work' across ranks; the lowest is the laggard",
                                 "a timeout on every rank means one rank is stuck elsewhere (data, a hang, a slow "
                                 "save)"))
+        elif "shared-memory segment" in f.message or "shared-memory transport refused" in f.message:
+            # shm_open refused (permissions on /dev/shm, a container's mount): the transport, not the memory
+            sub, title = "shm_refused", "NCCL could not open its shared-memory segment"
+            fixes = [Fix("code", "/dev/shm permissions", "mount it world-writable (1777), or docker run --ipc=host",
+                         "NCCL's intra-node SHM transport creates its segments there; shm_open was refused"),
+                     Fix("env", "NCCL_SHM_DISABLE", "1",
+                         "fall back to P2P / sockets between local ranks if /dev/shm cannot be fixed")]
         elif sub == "nvls":
             fixes.insert(0, Fix("env", "NCCL_NVLS_ENABLE", "0", "NVLink SHARP resources could not be bound"))
         elif kind is FailureKind.NCCL_REMOTE:
