@@ -787,3 +787,25 @@ def test_a_refused_shm_open_is_a_distributed_set_up_failure_not_host_memory():
     assert not any(f.code == "HOST001" for f in refused.findings)
     full = oompost.analyze([str(CORPUS / "pytorch__pytorch__40622" / "log.txt")])
     assert full.cause == "host_oom"
+
+
+# From the fifteenth collection's dev misses, each on its real corpus input.
+def test_a_bare_memoryerror_behind_a_loggers_brackets_is_host_memory():
+    # n00mkrad/text2image-gui#65 (dev, host_oom): "[00000600] [01-24-2023 23:20:26] MemoryError" after pickler.dump
+    ev = parse_text((CORPUS / "n00mkrad__text2image-gui__65" / "log.txt").read_text())
+    assert [o.kind for o in ev.ooms] == [OomKind.HOST]
+
+
+def test_a_message_wrapped_before_unallocated_keeps_its_reserved_figure():
+    # RosettaCommons/foundry#79 (dev, fragmentation): "... and 9.28 GiB is reserved by PyTorch but" / "unallocated."
+    ev = parse_text((CORPUS / "RosettaCommons__foundry__79" / "log.txt").read_text())
+    (o,) = ev.ooms
+    assert o.reserved_unallocated_bytes is not None and abs(o.reserved_unallocated_bytes / 2**30 - 9.28) < 0.01
+    assert oompost.analyze([str(CORPUS / "RosettaCommons__foundry__79" / "log.txt")]).cause == "fragmentation"
+
+
+def test_a_transformer_call_is_the_forward_pass():
+    # TheDenk/cogvideox-controlnet#16 (dev, activation_spike): "model_output = transformer(" is a model call
+    r = oompost.analyze([str(CORPUS / "TheDenk__cogvideox-controlnet__16" / "log.txt")])
+    assert r.cause == "activation_spike"
+    assert any(f.code == "ACT001" and "in forward" in f.detail for f in r.findings)

@@ -158,7 +158,7 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
      r"init_model|load_checkpoint|Model\(", "building / loading the model"),
     (Phase.MODEL_INIT, None, r"load_model|build_model|create_model|from_pretrained|load_checkpoint|"
      r"_load_pretrained_model|load_state_dict|model_init", None, "building / loading the model"),
-    (Phase.FORWARD, None, None, r"=\s*(?:self\.)?_?\w*(?:model|net|module|generator|unet|encoder|decoder|vae)\w*\(",
+    (Phase.FORWARD, None, None, r"=\s*(?:self\.)?_?\w*(?:model|net|module|generator|unet|encoder|decoder|vae|transformer|backbone)\w*\(",
      "model call"),
     # the ops whose outputs are activations, as user and library frames name or quote them
     (Phase.FORWARD, None, None, r"scaled_dot_product_attention\(|flash_attn\w*\(|\bsoftmax\(|\.matmul\(|\bbmm\(|"

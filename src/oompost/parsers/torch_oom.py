@@ -74,7 +74,9 @@ MPS_FIGURES = re.compile(rf"MPS allocated: (?P<alloc>{_SZ}), other allocations: 
 # array with shape (1000000, 1, 4, 84, 84) and data type uint8", or a bare "MemoryError" (exactly that class)
 NUMPY_ALLOC = re.compile(r"Unable to allocate (?P<num>\d+(?:\.\d*)?) ?(?P<unit>[KMGTPE]i?B) for an array with shape")
 _GPU_WORDS = re.compile(r"cuda|CUDA|GPU|HIP|hipError|device memory")
-PY_MEMORY_ERROR = re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*_?(?:Array)?MemoryError\b(?:\s*$|:)")
+# (a logger's bracketed prefixes may come first: "[00000600] [01-24-2023 23:20:26] MemoryError", n00mkrad/
+# text2image-gui#65)
+PY_MEMORY_ERROR = re.compile(r"^\s*(?:\[[^\]]{1,40}\]\s*)*(?:[A-Za-z_]\w*\.)*_?(?:Array)?MemoryError\b(?:\s*$|:)")
 
 
 # where an OOM message starts; two ranks printing at once glue theirs onto one line
@@ -190,7 +192,7 @@ class TorchOomParser:
 
     # a message wrapped by a terminal, a forum or a logger: its clauses continue on the next lines
     _CONTINUATION = re.compile(r"total capac|already allocated|free;|reserved in total|in total by PyTorch|cached\)|"
-                               r"allocated by PyTorch|"
+                               r"allocated by PyTorch|^\s*unallocated\b|"
                                r"reserved by PyTorch|memory in use|allowed;|^\s*\((?:GPU|NPU|XPU) \d+;|^\s*(?:GPU \d+ has|"
                                r"Of the allocated|Including non-PyTorch|[\d.]+\s?[KMGT]i?B\b)")
 
