@@ -784,6 +784,7 @@ def test_a_refused_shm_open_is_a_distributed_set_up_failure_not_host_memory():
     assert refused.cause == "nccl_error"
     nccl = next(f for f in refused.findings if f.code == "NCCL001")
     assert nccl.sub_cause == "shm_refused" and any(x.key == "NCCL_SHM_DISABLE" for x in nccl.fixes)
+    assert not any("P2P" in n.what for n in nccl.not_fixes)       # there is no stuck rank to speak of
     assert not any(f.code == "HOST001" for f in refused.findings)
     full = oompost.analyze([str(CORPUS / "pytorch__pytorch__40622" / "log.txt")])
     assert full.cause == "host_oom"

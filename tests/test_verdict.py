@@ -271,3 +271,13 @@ def test_an_fsdp_run_is_not_priced_as_a_full_replica():
     assert ctx.estimate is None and any("FSDP" in n for n in ctx.notes)
     r = oompost.analyze([str(Path(__file__).parent / "corpus" / "meta-llama__llama-cookbook__898" / "log.txt")])
     assert r.cause != "capacity"
+
+
+# Under backend:cudaMallocAsync PyTorch keeps no allocator history: the snapshot that would settle the verdict must
+# be taken with the native allocator.  The real held-out capture of GPT-2-large under cudaMallocAsync.
+def test_under_cudamallocasync_the_snapshot_asked_for_needs_the_native_allocator():
+    r = oompost.analyze([str(Path(__file__).parent / "heldout_captures" /
+                             "capacity_gpt2_large_fp32_cudamallocasync_tutorial_3060_12g" / "run.log")])
+    assert r.oom is not None and r.oom.message_format == "malloc_async"
+    settle = r.to_json()["findings"][0]["settle"]
+    assert any("unset PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" in s for s in settle)

@@ -185,7 +185,11 @@ def missing_evidence(ctx: "Context", cause: Cause | None = None) -> list[str]:
         # a corrupt size (CFG004): no memory figure settles it, the build does
         return ["the versions the failing extension was built for and runs with (torch.__version__, "
                 "torch.version.cuda, nvcc --version, TORCH_CUDA_ARCH_LIST) and its build log"]
-    if ctx.snapshot is None and ctx.oom is not None:
+    if ctx.snapshot is None and ctx.oom is not None and runtime == "malloc_async":
+        # cudaMallocAsync keeps no allocator history: _record_memory_history records nothing under it
+        out.append("a memory snapshot of the OOM, taken with the native allocator (unset "
+                   "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; python -m oompost.record -o DIR -- train.py ...)")
+    elif ctx.snapshot is None and ctx.oom is not None:
         out.append("a memory snapshot of the OOM (python -m oompost.record -o DIR -- train.py ...)")
     if not ctx.setup.ds_config and ctx.setup.deepspeed:
         out.append("the ds_config.json")
