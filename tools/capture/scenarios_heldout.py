@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1505,4 +1505,65 @@ def nineteenth_set() -> list[Scenario]:
         Run("python", "tutorial_loop.py", q, gpu_gib=40, host_gib=8, max_entries=100000, timeout=200),
         priority=191, fragmentation_search=True,
         search_variants=[q, q + ["--seed", "7"], q[:3] + ["6"] + q[4:]]))
+    return s
+
+
+def twentieth_set() -> list[Scenario]:
+    """The twentieth set (2026-12-05, tenth session): the tutorial loop with gradient checkpointing already on and
+    one very long document; a running loss summed as a tensor (the classic leak) in a bf16 model; a third
+    long-padding fragmentation search on another shape.  Defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- activation_spike, checkpointing already on
+    q = ["--model", "qwen2.5-1.5b", "--model_dtype", "bfloat16", "--gradient_checkpointing", "--emulate_card",
+         "rtx4090", "--batch_size", "4", "--min_len", "128", "--max_len", "512", "--steps", "8",
+         "--long_doc_step", "5", "--long_doc_len", "16384"]
+    s.append(Scenario(
+        "activation_spike_qwen2.5_1.5b_bf16_ckpt_long_doc_tutorial_4090_24g",
+        "Fine-tune of a Qwen2.5-1.5B-shaped model (bf16 weights and AdamW moments, gradient checkpointing on) on a "
+        "24 GB RTX 4090 at 4 samples of 128-512 tokens; the fifth batch holds one 16,384-token sample, so the padded "
+        "batch's logits (4 x 16,384 x 151,936) no longer fit although checkpointing is already on. Truncated to "
+        "512 tokens the same run completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states (1.54B x 8 bytes = 11.5 GiB) fit and four steps ran; the long batch's logits and "
+                "loss do not, with checkpointing already on; truncated to 512 tokens the run completes under the "
+                "same cap"},
+        Run("python", "tutorial_loop.py", q, gpu_gib=24.5, host_gib=8, timeout=240, max_entries=100000),
+        counterfactuals=[("samples truncated to 512 tokens (same cap)",
+                          Run("python", "tutorial_loop.py", q + ["--truncate", "512"], gpu_gib=24.5, host_gib=8,
+                              capture=False, timeout=240))],
+        priority=200))
+
+    # ---------------------------------------------------------------- leak, running loss kept as a tensor
+    k = ["--model", "llama3.2-1b", "--model_dtype", "bfloat16", "--emulate_card", "rtx4090", "--batch_size", "4",
+         "--max_len", "512", "--steps", "40", "--log_memory", "1"]
+    s.append(Scenario(
+        "leak_llama3.2_1b_bf16_running_loss_tensor_tutorial_4090_24g",
+        "Fine-tune of a Llama-3.2-1B-shaped model (bf16 weights and AdamW moments) on a 24 GB RTX 4090 at 4 x 512 "
+        "tokens whose loop sums its running loss as a tensor (total_loss += loss): every step's autograd graph "
+        "stays alive until the card is full. It logs memory_allocated every step. With loss.item() the run "
+        "completes 40 steps.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "each step's graph is kept through total_loss, so allocated memory grows step after step until "
+                "the OOM; with .item() all 40 steps complete under the same cap"},
+        Run("python", "tutorial_loop.py", k + ["--running_loss", "tensor"], gpu_gib=24.5, host_gib=8, timeout=240,
+            max_entries=100000),
+        counterfactuals=[("total_loss += loss.item() (same cap)",
+                          Run("python", "tutorial_loop.py", k + ["--running_loss", "item"], gpu_gib=24.5,
+                              host_gib=8, capture=False, timeout=240))],
+        priority=201))
+
+    # ---------------------------------------------------------------- fragmentation, OPT-350m long padding
+    f = ["--model", "opt-350m", "--batch_size", "8", "--min_len", "16", "--max_len", "2048", "--steps", "30"]
+    s.append(Scenario(
+        "fragmentation_opt350m_long_padding_tutorial",
+        "Fine-tune of an OPT-350m-shaped model (fp32 weights, bf16 autocast, AdamW) with a padding DataLoader "
+        "(8 samples of 16-2048 tokens, each batch padded to its longest). The memory cap is set just above what the "
+        "same run needs with expandable_segments:True, which completes under it.",
+        {"cause": "fragmentation", "sub_cause": None,
+         "why": "the request fits in reserved-but-unallocated plus the rest of the allowance, but no free block "
+                "is large enough; expandable_segments:True completes the same run under the same cap"},
+        Run("python", "tutorial_loop.py", f, gpu_gib=40, host_gib=8, max_entries=100000, timeout=200),
+        priority=202, fragmentation_search=True,
+        search_variants=[f, f + ["--seed", "7"], f[:3] + ["12"] + f[4:]]))
     return s
