@@ -67,12 +67,14 @@ class Context:
 
     @property
     def own_runtime(self) -> str:
-        """The inference runtime whose own allocator failed ("ggml": llama.cpp, llama-cpp-python, ollama;
-        "tensorrt": TensorRT / TensorRT-LLM; "rmm": RAPIDS' memory manager under cuDF / cuML / XGBoost), else "":
-        its knobs are its own (context size, layers offloaded; the builder's profiles and workspace; partitions and
-        spilling), not a trainer's arguments."""
+        """The runtime other than PyTorch whose own allocator failed, else "": an inference runtime ("ggml":
+        llama.cpp, llama-cpp-python, ollama; "tensorrt": TensorRT / TensorRT-LLM; "rmm": RAPIDS' memory manager
+        under cuDF / cuML / XGBoost) or a training framework ("xla": JAX and TF/XLA; "tensorflow"; "paddle":
+        PaddlePaddle; "mlx": Apple MLX).  Its knobs are its own (context size, layers offloaded; the builder's
+        profiles; partitions and spilling; remat, preallocation, allocator flags), not PyTorch's allocator
+        settings, a trainer's arguments or a ds_config."""
         fmt = self.oom.message_format if self.oom is not None else ""
-        return fmt if fmt in ("ggml", "tensorrt", "rmm") else ""
+        return fmt if fmt in ("ggml", "tensorrt", "rmm", "xla", "tensorflow", "paddle", "mlx") else ""
 
     @property
     def is_serving(self) -> bool:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from ..model import SourceRef
 from .base import Cause, Finding, Fix, NotAFix
-from .rules._common import CAPACITY_NO_DEEPSPEED, LARGER_CARD, RUNTIME_FIXES, SERVING_CAPACITY_FIXES
+from .rules._common import CAPACITY_NO_DEEPSPEED, LARGER_CARD, SERVING_CAPACITY_FIXES
+from .rules._runtimes import runtime_fixes, runtime_not_fixes
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analysis.context import Context
@@ -151,7 +152,7 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
     # another runtime's OOM gets that runtime's knobs (a setting blamed for it is one of its own settings too)
     if ctx.own_runtime and (cause in (Cause.ACTIVATION_SPIKE, Cause.CAPACITY, Cause.FRAGMENTATION)
                             or (cause is Cause.CONFIG_ERROR and ctx.oom is not None)):
-        fixes = RUNTIME_FIXES[ctx.own_runtime]
+        fixes = runtime_fixes(ctx.own_runtime, cause)
     elif cause is Cause.ACTIVATION_SPIKE and (ctx.phase.phase.value == "generation"
                                             or ctx.evidence.fact("cue.serving") is not None):
         sub, fixes = "kv_cache", _KV_FIXES + (() if ctx.is_serving else fixes[:1])
@@ -177,6 +178,7 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
             cited.append(r)
     refs = cited
     return Finding("VERDICT", cause, _TITLES.get(cause, cause.value), v.probability, evidence=tuple(refs[:5]),
-                   fixes=fixes, not_fixes=() if ctx.is_serving or ctx.own_runtime else _NOT.get(cause, ()),
+                   fixes=fixes, not_fixes=(runtime_not_fixes(ctx.own_runtime) if ctx.own_runtime
+                              else () if ctx.is_serving else _NOT.get(cause, ())),
                    signals=signals,
                    detail=detail, sub_cause=sub)

@@ -181,6 +181,15 @@ def missing_evidence(ctx: "Context", cause: Cause | None = None) -> list[str]:
     if runtime in ("tensorflow", "onnxruntime"):
         return [f"{'TensorFlow' if runtime == 'tensorflow' else 'ONNX Runtime'}'s allocator summary printed with "
                 "the OOM (in use, limit, largest free chunk)"]
+    if runtime == "xla":
+        return ["XLA's buffer assignment printed with the OOM (live-out and temporary sizes) or the device's "
+                "memory_stats() (bytes_in_use, peak_bytes_in_use, bytes_limit)",
+                "the batch and sequence sizes the step was compiled for"]
+    if runtime == "paddle":
+        return ["paddle.device.cuda.max_memory_allocated() / max_memory_reserved() per step, and the batch size"]
+    if runtime == "mlx":
+        return ["mx.get_peak_memory() per step (mx.metal.get_peak_memory() in older MLX), and the batch and "
+                "sequence sizes"]
     if ctx.oom is not None and (ctx.oom.requested_bytes or 0) >= IMPOSSIBLE_BYTES:
         # a corrupt size (CFG004): no memory figure settles it, the build does
         return ["the versions the failing extension was built for and runs with (torch.__version__, "

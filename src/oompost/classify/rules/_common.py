@@ -14,32 +14,6 @@ NO_GRAD_FIX = Fix("code", "torch.no_grad()", "wrap evaluation, metric and hook c
 LEAK_NOT_FIXES = (NotAFix("torch.cuda.empty_cache()", "the kept tensors are live"),
                   NotAFix("a smaller batch / a larger GPU / expandable_segments", "the OOM only moves later"))
 
-# llama.cpp / ggml's knobs (llama-server, llama-cpp-python, ollama's num_ctx / num_gpu)
-GGML_FIXES = (Fix("code", "--ctx-size (-c) / n_ctx / num_ctx", "lower it (e.g. 8192)",
-                  "llama.cpp sizes its KV cache and compute buffer for the whole context"),
-              Fix("code", "--ubatch-size (-ub) / --batch-size (-b)", "lower it (e.g. 256)",
-                  "the compute buffer grows with the tokens evaluated at once"),
-              Fix("code", "--n-gpu-layers (-ngl) / num_gpu", "offload fewer layers",
-                  "the layers kept on the host free GPU memory for the buffers"),
-              Fix("code", "a smaller quantization", "e.g. Q4_K_M instead of Q8_0",
-                  "fewer bytes per weight"))
-TENSORRT_FIXES = (Fix("code", "the engine's profiles", "lower trtllm-build --max_batch_size / --max_input_len / "
-                      "--max_num_tokens (or the optimization profile's max shapes)",
-                      "the builder sizes activation memory and tactic workspaces for the largest profile"),
-                  Fix("code", "builder workspace", "config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, ...)",
-                      "caps the scratch memory tactics may use while the engine is built"),
-                  Fix("code", "quantized weights", "build from an int8 / fp8 / int4 checkpoint",
-                      "the builder holds the weights on the GPU while it builds"))
-# RAPIDS (cuDF, cuML, XGBoost on Dask-CUDA): the data's footprint per GPU, not a model's
-RMM_FIXES = (Fix("code", "more GPUs or partitions", "a Dask-CUDA cluster over more GPUs / more npartitions",
-                 "each worker holds its share of the data plus the algorithm's working copies"),
-             Fix("code", "spill to host", "LocalCUDACluster(device_memory_limit=...) or CUDF_SPILL=on",
-                 "device buffers over the limit move to host memory instead of failing"),
-             Fix("code", "managed memory", "rmm.reinitialize(managed_memory=True)",
-                 "unified memory lets the working set exceed the card, paging to host (slower)"),
-             Fix("code", "XGBoost's QuantileDMatrix", "build the training matrix with xgboost.dask.DaskQuantileDMatrix",
-                 "keeps the quantised matrix only, not the raw features as well"))
-RUNTIME_FIXES = {"ggml": GGML_FIXES, "tensorrt": TENSORRT_FIXES, "rmm": RMM_FIXES}
 LARGER_CARD = Fix("code", "more GPUs or a larger card", "", "model states scale with the parameter count")
 # Without DeepSpeed in the inputs ZeRO is a change of framework, not a setting: the knobs of the run in hand come
 # first (adapters, an 8-bit optimizer), sharding after them, and sharding on one GPU frees memory only with offload.

@@ -21,7 +21,8 @@ from ...analysis.phase import Phase
 from ...analysis.steps import larger_step, leak_trend, max_peak_allocated, noun
 from ...analysis.whatif import fits, what_if
 from ..base import Cause, Finding, Fix, NotAFix, confidence
-from ._common import RUNTIME_FIXES, b, headroom, limit_label, oom_refs
+from ._common import b, headroom, limit_label, oom_refs
+from ._runtimes import runtime_fixes
 
 
 class ActivationSpike:
@@ -80,7 +81,7 @@ class ActivationSpike:
         if o.requested_bytes and ru is not None and h is not None and o.requested_bytes > ru + h:
             signals.append(("even unfragmented, the request does not fit", 0.05))
         sub = self._sub(ctx)
-        fixes = list(RUNTIME_FIXES[ctx.own_runtime]) if ctx.own_runtime else self._fixes(ctx, sub, spike)
+        fixes = list(runtime_fixes(ctx.own_runtime, self.cause)) if ctx.own_runtime else self._fixes(ctx, sub, spike)
         numbers += [(k, v) for k, v in self._shape(ctx)]
         return [Finding(
             self.code, self.cause, {"kv_cache": "The KV cache of generation does not fit",

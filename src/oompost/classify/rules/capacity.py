@@ -29,7 +29,8 @@ from ...analysis.phase import Phase
 from ...analysis.steps import noun
 from ...analysis.whatif import WhatIf, fits, what_if
 from ..base import Cause, Finding, Fix, NotAFix, confidence
-from ._common import CAPACITY_NO_DEEPSPEED, HOLD, RUNTIME_FIXES, SERVING_CAPACITY_FIXES, b, headroom, limit_label, oom_refs
+from ._common import CAPACITY_NO_DEEPSPEED, HOLD, SERVING_CAPACITY_FIXES, b, headroom, limit_label, oom_refs
+from ._runtimes import runtime_fixes, runtime_not_fixes
 
 _STARTUP = (Phase.MODEL_INIT, Phase.MODEL_TO_DEVICE, Phase.ZERO_INIT, Phase.OPTIMIZER_INIT, Phase.GRAD_PARTITION,
             Phase.OPTIMIZER_STEP, Phase.CHECKPOINT_LOAD)
@@ -103,7 +104,7 @@ class Capacity:
         if o.requested_bytes is not None:
             numbers.append(("failed request", b(o.requested_bytes)))
         # an inference runtime or server has its own knobs: LoRA, ZeRO and offload are a trainer's
-        fixes = (list(RUNTIME_FIXES[ctx.own_runtime]) if ctx.own_runtime else
+        fixes = (list(runtime_fixes(ctx.own_runtime, self.cause)) if ctx.own_runtime else
                  list(SERVING_CAPACITY_FIXES) if ctx.is_serving else self._fixes(ctx))
         label = limit_label(ctx)
         where = ("Where in the run it failed is not in the inputs" if ctx.phase.phase is Phase.UNKNOWN
@@ -135,9 +136,10 @@ class Capacity:
         return [Finding(
             self.code, self.cause, "Model states do not fit: the run cannot fit at any batch size", conf,
             evidence=oom_refs(ctx), fixes=tuple(fixes),
-            not_fixes=(NotAFix("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                               "the memory is needed, not fragmented (PyTorch prints this hint on every OOM)"),
-                       NotAFix("torch.cuda.empty_cache()", "nothing is cached that could be returned"),
+            not_fixes=(*(runtime_not_fixes(ctx.own_runtime) if ctx.own_runtime else (
+                         NotAFix("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                                 "the memory is needed, not fragmented (PyTorch prints this hint on every OOM)"),
+                         NotAFix("torch.cuda.empty_cache()", "nothing is cached that could be returned"))),
                        *((NotAFix("a smaller micro-batch or gradient accumulation", "model states do not shrink with it"),)
                          if (e is not None or by_snapshot or (startup_phase and not completed))
                          and not (ctx.own_runtime or ctx.is_serving) else ()),

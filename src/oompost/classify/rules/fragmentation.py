@@ -24,6 +24,7 @@ from ...analysis.steps import larger_step, leak_trend, max_peak_allocated
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ...analysis.allocator_rules import allocation_size
 from ._common import b, headroom, limit_label, oom_refs
+from ._runtimes import runtime_fixes, runtime_not_fixes
 
 
 class Fragmentation:
@@ -143,12 +144,15 @@ class Fragmentation:
                              f"{b(ms[0].peak_reserved_bytes)}); costs more cudaMalloc calls"))
         fixes.append(Fix("code", "stable shapes", "pad batches to a few fixed lengths (e.g. multiples of 256)",
                          "varying tensor sizes leave holes that the next size cannot reuse"))
+        not_fixes = (NotAFix("torch.cuda.empty_cache()", "the holes sit in segments that still hold live tensors; "
+                             "empty_cache only returns wholly free segments (the OOM path already did)"),
+                     NotAFix("a larger ZeRO stage / offload", "the live memory fits; its layout does not"))
+        if ctx.own_runtime:                 # another allocator: its own settings, not PYTORCH_CUDA_ALLOC_CONF
+            fixes = list(runtime_fixes(ctx.own_runtime, self.cause))
+            not_fixes = runtime_not_fixes(ctx.own_runtime)
         return [Finding(
             self.code, self.cause, "Fragmentation: enough memory is free, but no block is large enough", conf,
-            evidence=oom_refs(ctx), fixes=tuple(fixes),
-            not_fixes=(NotAFix("torch.cuda.empty_cache()", "the holes sit in segments that still hold live tensors; "
-                               "empty_cache only returns wholly free segments (the OOM path already did)"),
-                       NotAFix("a larger ZeRO stage / offload", "the live memory fits; its layout does not")),
+            evidence=oom_refs(ctx), fixes=tuple(fixes), not_fixes=not_fixes,
             signals=tuple(signals), numbers=tuple(numbers),
             detail=f"The failing request ({b(R)}) is smaller than the free memory PyTorch holds plus what "
                    f"{limit_label(ctx)} still allows ({b(ru + H)}), yet it failed: no free block is large enough "

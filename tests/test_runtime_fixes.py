@@ -1,0 +1,70 @@
+"""Another framework's OOM (JAX/XLA, TensorFlow, PaddlePaddle) gets that framework's remedies, never PyTorch's
+allocator settings, the HF Trainer's arguments or a PyTorch snapshot request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import oompost
+from oompost.classify.base import Cause
+from oompost.classify.rules._runtimes import runtime_fixes
+
+CORPUS = Path(__file__).parent / "corpus"
+TORCH_WORDS = ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments", "gradient_checkpointing", "per_device_train_batch",
+               "attn_implementation", "ds_config")
+
+
+def _report(case: str):
+    return oompost.analyze([str(CORPUS / case / "log.txt")])
+
+
+def _said(r) -> str:
+    f = r.primary
+    return " ".join([*(x.key + " " + str(x.value) for x in f.fixes), *f.settle])
+
+
+def test_a_jax_oom_gets_jax_remedies_and_asks_for_xla_evidence():
+    # https://github.com/bold-lab-ai/JaxMARL/issues/45: "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while
+    # trying to allocate 12267176800 bytes." with XLA's buffer assignment
+    r = _report("bold-lab-ai__JaxMARL__45")
+    assert r.oom is not None and r.oom.message_format == "xla"
+    said = _said(r)
+    assert "jax.checkpoint" in said or "XLA_PYTHON_CLIENT" in said
+    assert not any(w in said for w in TORCH_WORDS), said
+    assert r.rerun is None                                  # no trainer arguments or ds_config to rewrite
+    assert all("oompost.record" not in s and "torch.cuda" not in s for s in r.primary.settle)
+    assert any("XLA" in s for s in r.primary.settle)
+    # what a PyTorch user would try is named as not worth trying
+    assert any("PYTORCH_CUDA_ALLOC_CONF" in n.what for n in r.primary.not_fixes)
+
+
+def test_a_tensorflow_oom_gets_tensorflow_remedies():
+    # https://github.com/keras-team/keras/issues/9643: TensorFlow's "OOM when allocating tensor with shape"
+    r = _report("keras-team__keras__9643")
+    assert r.oom is not None and r.oom.message_format == "tensorflow"
+    said = _said(r)
+    assert "tf." in said and not any(w in said for w in TORCH_WORDS), said
+
+
+def test_a_paddle_oom_gets_paddle_remedies():
+    # https://github.com/PaddlePaddle/PaddleSeg/issues/1723: "Out of memory error on GPU 0. Cannot allocate ..."
+    r = _report("PaddlePaddle__PaddleSeg__1723")
+    assert r.oom is not None and r.oom.message_format == "paddle"
+    said = _said(r)
+    assert "paddle" in said and not any(w in said for w in TORCH_WORDS), said
+
+
+def test_each_training_framework_has_its_own_allocator_setting_for_fragmentation():
+    keys = {rt: " ".join(f.key for f in runtime_fixes(rt, Cause.FRAGMENTATION)) for rt in ("xla", "tensorflow",
+                                                                                           "paddle")}
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" in keys["xla"]
+    assert "TF_GPU_ALLOCATOR" in keys["tensorflow"]
+    assert "FLAGS_allocator_strategy" in keys["paddle"]
+    assert runtime_fixes("pytorch", Cause.FRAGMENTATION) == ()
+
+
+def test_a_pytorch_oom_still_gets_pytorch_remedies():
+    # the bundled fragmentation capture (sample_logs/, a real run on the GPU machine)
+    r = oompost.analyze([str(Path(__file__).parent.parent / "sample_logs" / "fragmentation_dynamic_padding")])
+    assert r.cause == "fragmentation"
+    assert any("expandable_segments" in str(f.value) for f in r.primary.fixes)
