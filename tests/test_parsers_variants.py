@@ -810,3 +810,18 @@ def test_a_transformer_call_is_the_forward_pass():
     r = oompost.analyze([str(CORPUS / "TheDenk__cogvideox-controlnet__16" / "log.txt")])
     assert r.cause == "activation_spike"
     assert any(f.code == "ACT001" and "in forward" in f.detail for f in r.findings)
+
+
+# From the sixteenth collection's dev misses, each on its real corpus input.
+def test_a_message_pasted_lowercased_is_read_in_pytorchs_casing():
+    # mozilla/TTS#149 (dev, fragmentation): "cuda out of memory. tried to allocate 78.88 mib (gpu 0; 3.95 gib total
+    # capacity; 2.99 gib already allocated; 74.44 mib free; 557.82 mib cached)" between markdown markers
+    ev = parse_text((CORPUS / "mozilla__TTS__149" / "log.txt").read_text())
+    (o,) = ev.ooms
+    assert o.kind is OomKind.CACHING_ALLOCATOR
+    assert abs(o.requested_bytes / 2**20 - 78.88) < 0.01 and abs(o.capacity_bytes / 2**30 - 3.95) < 0.01
+    assert abs(o.reserved_unallocated_bytes / 2**20 - 557.82) < 0.01
+    # bmaltais/kohya_ss#3329 (dev): the newer lowercased form, "reserved in total by pytorch"
+    ev = parse_text((CORPUS / "bmaltais__kohya_ss__3329" / "log.txt").read_text())
+    assert [round(o.requested_bytes / 2**20) for o in ev.ooms] == [30]
+    assert ev.ooms[0].reserved_bytes is not None and abs(ev.ooms[0].reserved_bytes / 2**30 - 7.28) < 0.01

@@ -108,6 +108,25 @@ def _unpad(text: str, join_words: bool) -> str:
                            and body[m.end():m.end() + 1].islower() else " ", body)
 
 
+# a message pasted lowercased (an issue title, a logger that lowers its text): "cuda out of memory. tried to
+# allocate 78.88 mib (gpu 0; 3.95 gib total capacity; ...; 557.82 mib cached)" is read in PyTorch's own casing
+_LOWER_WORDS = ((re.compile(r"\b(cuda|hip) out of memory"), lambda m: m.group(1).upper() + " out of memory"),
+                (re.compile(r"\btried to allocate"), lambda m: "Tried to allocate"),
+                (re.compile(r"\bgpu ?(\d*)(?= has a total|;)"), lambda m: "GPU " + m.group(1) if m.group(1) else "GPU"),
+                (re.compile(r"(\d) ?([kmgtp])ib\b"), lambda m: f"{m.group(1)} {m.group(2).upper()}iB"),
+                (re.compile(r"\bpytorch\b"), lambda m: "PyTorch"),
+                (re.compile(r"\b(?:torch\.(?:cuda\.)?)?outofmemoryerror\b"), lambda m: "torch.OutOfMemoryError"),
+                (re.compile(r"\bof the allocated memory"), lambda m: "Of the allocated memory"),
+                (re.compile(r"\bincluding non-PyTorch"), lambda m: "Including non-PyTorch"),
+                (re.compile(r"\bprocess (\d+) has"), lambda m: f"Process {m.group(1)} has"))
+
+
+def _recase(text: str) -> str:
+    for rx, to in _LOWER_WORDS:
+        text = rx.sub(to, text)
+    return text
+
+
 def _size(m: re.Match[str] | None, group: str = "sz") -> int | None:
     return parse_size_or_none(m.group(group)) if m else None
 
@@ -158,6 +177,8 @@ class TorchOomParser:
                     message_format="malloc_async", exception="OutOfMemoryError", stack=self._stack(rank),
                     truncated=True))
             return
+        if "tried to allocate" in text and "Tried to allocate" not in text:
+            text = _recase(text)
         if "        " in text.strip() or "**" in text:
             text = self._best_reading(text, ln, rank)
         for part in _glued_messages(text):
