@@ -825,3 +825,23 @@ def test_a_message_pasted_lowercased_is_read_in_pytorchs_casing():
     ev = parse_text((CORPUS / "bmaltais__kohya_ss__3329" / "log.txt").read_text())
     assert [round(o.requested_bytes / 2**20) for o in ev.ooms] == [30]
     assert ev.ooms[0].reserved_bytes is not None and abs(ev.ooms[0].reserved_bytes / 2**30 - 7.28) < 0.01
+
+
+# From the seventeenth collection's dev misses, each on its real corpus input.
+def test_a_bare_assertion_on_the_runs_arguments_is_a_setup_check():
+    # maszhongming/MatchSum#11 (dev, config_error): "assert args.batch_size % len(devices) == 0" / "AssertionError"
+    ev = parse_text((CORPUS / "maszhongming__MatchSum__11" / "log.txt").read_text())
+    (f,) = [f for f in ev.failures if f.exception == "AssertionError"]
+    assert f.kind is FailureKind.CONFIG_VALIDATION and "batch_size % len(devices)" in f.message
+    assert oompost.analyze([str(CORPUS / "maszhongming__MatchSum__11" / "log.txt")]).cause == "config_error"
+    # a bare AssertionError on anything else stays an uncaught exception
+    other = parse_text('Traceback (most recent call last):\n  File "x.py", line 3, in <module>\n'
+                       '    assert len(outputs) > 0\nAssertionError\n')
+    assert [f.kind for f in other.failures] == [FailureKind.PYTHON_EXCEPTION]
+
+
+def test_a_closed_rendezvous_is_a_distributed_failure_with_rendezvous_fixes():
+    # pytorch/pytorch#116974 (dev, nccl_error): "torch.distributed.elastic.rendezvous.api.RendezvousClosedError"
+    r = oompost.analyze([str(CORPUS / "pytorch__pytorch__116974" / "log.txt")])
+    assert (r.cause, r.sub_cause) == ("nccl_error", "rendezvous")
+    assert any("rdzv" in str(f.value) or "master_port" in str(f.value) for f in r.primary.fixes)

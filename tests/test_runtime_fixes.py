@@ -1,5 +1,6 @@
-"""Another framework's OOM (JAX/XLA, TensorFlow, PaddlePaddle) gets that framework's remedies, never PyTorch's
-allocator settings, the HF Trainer's arguments or a PyTorch snapshot request."""
+"""Remedies fit the run they are for: another framework's OOM (JAX/XLA, TensorFlow, PaddlePaddle) gets that
+framework's remedies, never PyTorch's allocator settings, the HF Trainer's arguments or a PyTorch snapshot request;
+a network trained from scratch is not told to train adapters."""
 
 from __future__ import annotations
 
@@ -68,3 +69,20 @@ def test_a_pytorch_oom_still_gets_pytorch_remedies():
     r = oompost.analyze([str(Path(__file__).parent.parent / "sample_logs" / "fragmentation_dynamic_padding")])
     assert r.cause == "fragmentation"
     assert any("expandable_segments" in str(f.value) for f in r.primary.fixes)
+
+
+def test_a_network_trained_from_scratch_is_not_told_to_train_adapters():
+    # https://github.com/open-mmlab/mmdetection/issues/188: the failing stack runs through mmdet and convolution
+    # layers, nothing of a language or diffusion model: capacity fixes are the network's size, precision, optimizer
+    from oompost.analysis.context import build_context
+    from oompost.classify.rules.capacity import Capacity
+    from oompost.parsers import parse_paths
+
+    ctx = build_context(parse_paths([str(CORPUS / "open-mmlab__mmdetection__188" / "log.txt")]))
+    assert not ctx.adapters_apply
+    keys = " ".join(f.key for f in Capacity()._fixes(ctx))
+    assert "smaller network" in keys and "lora" not in keys.lower()
+    # a bare OOM message says nothing of the network: most posted crashes are fine-tuning runs, so LoRA stays
+    bare = build_context(parse_paths([str(CORPUS / "lm-sys__FastChat__1781" / "log.txt")]))
+    assert bare.adapters_apply
+    assert any("lora" in f.key.lower() for f in Capacity()._fixes(bare))

@@ -112,12 +112,39 @@ class Context:
         return self.keeping_loop is not None
 
     @property
+    def adapters_apply(self) -> bool:
+        """Adapters (LoRA) are a remedy for this run: it may fine-tune a pretrained transformer or diffusion model.
+        False only on positive evidence of a network trained from scratch (a CNN, a GAN, a detector: the failing
+        stack runs through convolution or normalisation layers or a vision toolkit) with nothing of a language or
+        diffusion model in the inputs (DeepSpeed, FSDP, a LoRA rank, a sequence length, a model size, a stack
+        through transformers / peft / diffusers...).  A bare OOM message says neither, and most of the crashes
+        people post come from fine-tuning, so it keeps the adapters."""
+        s = self.setup
+        if s.deepspeed or s.fsdp or any(v is not None for v in (s.lora_r, s.seq_len, s.model_params)):
+            return True
+        if self.evidence.fact("model.params_from_name") is not None:
+            return True
+        frames = self.oom.stack.frames if self.oom is not None else ()
+        if any(k in f.filename for f in frames for k in _ADAPTER_STACKS):
+            return True
+        return not any(k in f.filename for f in frames for k in _SCRATCH_STACKS)
+
+    @property
     def has_memory_failure(self) -> bool:
         from ..model import FailureKind
 
         return bool(self.evidence.ooms) or any(
             f.kind in (FailureKind.NCCL_CUDA_OOM, FailureKind.HOST_OOM_KILL, FailureKind.NCCL_HOST_ALLOC,
                        FailureKind.PINNED_HOST) for f in self.evidence.failures)
+
+
+# the libraries a stack of a pretrained transformer or diffusion model runs through
+_ADAPTER_STACKS = ("transformers/", "peft/", "trl/", "diffusers/", "megatron/", "modeling_", "vllm/", "accelerate/",
+                   "sd-scripts", "library/train_util", "lit_gpt/", "litgpt/", "torchtune/", "llama")
+# ... and those of a network usually trained from scratch (convolutions, normalisation, vision toolkits)
+_SCRATCH_STACKS = ("nn/modules/conv.py", "nn/modules/batchnorm.py", "torchvision/", "basicsr/", "mmcv/", "mmdet/",
+                   "mmseg/", "detectron2/", "ultralytics/", "timm/", "segmentation_models_pytorch/", "monai/",
+                   "nnunet", "models/yolo.py")
 
 
 def _first_oom(ev: Evidence, first_rank: int | None) -> OomEvent | None:

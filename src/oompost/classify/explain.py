@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..model import SourceRef
 from .base import Cause, Finding, Fix, NotAFix
-from .rules._common import CAPACITY_NO_DEEPSPEED, LARGER_CARD, SERVING_CAPACITY_FIXES
+from .rules._common import CAPACITY_FROM_SCRATCH, CAPACITY_NO_DEEPSPEED, LARGER_CARD, SERVING_CAPACITY_FIXES
 from .rules._runtimes import runtime_fixes, runtime_not_fixes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -158,6 +158,8 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
         sub, fixes = "kv_cache", _KV_FIXES + (() if ctx.is_serving else fixes[:1])
     elif cause is Cause.CAPACITY and ctx.is_serving:
         fixes = SERVING_CAPACITY_FIXES
+    elif cause is Cause.CAPACITY and not ctx.setup.deepspeed and not ctx.adapters_apply:
+        fixes = CAPACITY_FROM_SCRATCH
     elif cause is Cause.CAPACITY and not ctx.setup.deepspeed:
         fixes = CAPACITY_NO_DEEPSPEED if ctx.setup.lora_r is None else (_QLORA,) + CAPACITY_NO_DEEPSPEED[1:]
     signals = tuple((f"{name} (learned weight)", round(w, 3)) for name, w in v.contributions)

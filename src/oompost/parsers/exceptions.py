@@ -148,6 +148,9 @@ class ExceptionParser:
         elif (exc.split(".")[-1] in SETTINGS_EXC and SETTING_ADVICE.search(msg)
               and not _OOM_WORDS.search(msg)):
             record["kind"] = FailureKind.CONFIG_VALIDATION
+        elif exc.split(".")[-1] == "AssertionError" and not msg and _asserts_settings(stack):
+            record["kind"] = FailureKind.CONFIG_VALIDATION
+            record["msg"] = "assert " + stack.frames[-1].code.strip()[len("assert"):].strip()
         else:
             record["kind"] = FailureKind.PYTHON_EXCEPTION
 
@@ -197,6 +200,18 @@ def config_issue(msg: str) -> ConfigIssue:
     error_type = mt.group("type") if mt else ("extra_forbidden" if "Extra inputs" in msg else None)
     mv = PYDANTIC_INPUT.search(msg)
     return ConfigIssue(key=key, error_type=error_type, input_value=mv.group("v").strip() if mv else None)
+
+
+# a bare AssertionError whose failing statement checks the run's settings: "assert args.batch_size % len(devices)
+# == 0", "assert cfg.num_heads % tp_size == 0", "assert world_size <= n_gpus" -- a set-up check, not a crash
+_SETTINGS_ASSERT = re.compile(r"^assert\b.*(?:\b(?:args|opt|opts|cfg|config|conf|hparams|hp|params|FLAGS)\.\w+|"
+                              r"batch_size|world_size|n_?gpus?\b|num_gpus|devices|nproc|num_heads|tensor_parallel|"
+                              r"pipeline_parallel|tp_size|pp_size|%\s*[\w.()\[\]]+\s*==\s*0)")
+
+
+def _asserts_settings(stack: Stack) -> bool:
+    """The innermost frame's statement is an ``assert`` on the run's arguments or sizes."""
+    return bool(stack.frames) and bool(_SETTINGS_ASSERT.match(stack.frames[-1].code.strip()))
 
 
 def _raised_by_deepspeed_setup(stack: Stack) -> bool:

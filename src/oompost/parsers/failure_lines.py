@@ -139,7 +139,7 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                 r"system error|failed)|ncclSystemError|ncclInternalError|ncclRemoteError|ncclInvalidUsage|"
                 r"unhandled system error|internal error - please report|remote process exited|"
                 r"Connection reset by peer|Connection refused|Connection closed by peer|DistNetworkError|"
-                r"RendezvousConnectionError|RendezvousTimeoutError|NCCL communicator was aborted|Broken pipe|"
+                r"Rendezvous(?:Connection|Timeout|Closed|State)Error|NCCL communicator was aborted|Broken pipe|"
                 r"NCCL error in:|ProcessGroupNCCL.*(?:error|Error)|ncclUnhandledCudaError|socket has timed out|"
                 r"TCPStore|c10d.*(?:timed out|failed)|CCL_ERROR|oneCCL")),
     (FailureKind.CONFIG_VALIDATION, ("ValidationError", "validation error", "not permitted", "Extra inputs"),
@@ -156,10 +156,11 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                                      "untested ZeRO", "zero_allow_untested_optimizer", "Please add", "Please set",
                                      "please set", "Please specify", "must be set", "must be specified",
                                      "must be provided", "must be one of", "must be a multiple of", "should be set",
-                                     "should be one of"),
+                                     "should be one of", "divisible by"),
      re.compile(r"(?:Assertion|Value|NotImplemented|Type|Key|Runtime)?(?:Error|Exception)\b.*(?:in the configuration|"
                 r"config(?:uration)? file|ds_config|untested ZeRO|zero_allow_untested_optimizer|[Pp]lease (?:add|set|"
-                r"specify)\b|must be (?:set|specified|provided|one of|a multiple of)\b|should be (?:set|one of)\b)")),
+                r"specify)\b|must be (?:set|specified|provided|one of|a multiple of)\b|should be (?:set|one of)\b|"
+                r"(?:is not|must be|should be) divisible by)")),
     # a batch scheduler refusing or failing to launch the job (Slurm's sbatch / srun): the request or the set-up,
     # before any memory was used
     (FailureKind.CONFIG_VALIDATION, ("sbatch: error", "srun: error", "salloc: error"),

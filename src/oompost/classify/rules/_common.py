@@ -27,6 +27,18 @@ CAPACITY_NO_DEEPSPEED = (
     LARGER_CARD,
 )
 
+# A network trained from scratch (no pretrained transformer or diffusion model in the inputs): adapters are not its
+# remedy; its size, precision and optimizer are.
+CAPACITY_FROM_SCRATCH = (
+    Fix("code", "a smaller network or input", "fewer channels / layers, smaller images or crops",
+        "weights, gradients and optimizer state scale with the parameter count"),
+    Fix("code", "mixed precision", "torch.autocast with bf16/fp16 (weights in 16-bit where the optimizer allows)",
+        "16-bit tensors take half the bytes"),
+    Fix("code", "a leaner optimizer", "SGD with momentum, or bitsandbytes AdamW8bit, instead of Adam",
+        "Adam keeps two fp32 moments per parameter (8 bytes), SGD one or none"),
+    LARGER_CARD,
+)
+
 # an inference server whose weights and KV cache do not fit: its own settings, not a trainer's
 SERVING_CAPACITY_FIXES = (Fix("code", "--tensor-parallel-size", "the number of GPUs the weights must be split over",
                               "each GPU then holds 1/N of the weights"),

@@ -29,7 +29,7 @@ from ...analysis.phase import Phase
 from ...analysis.steps import noun
 from ...analysis.whatif import WhatIf, fits, what_if
 from ..base import Cause, Finding, Fix, NotAFix, confidence
-from ._common import CAPACITY_NO_DEEPSPEED, HOLD, SERVING_CAPACITY_FIXES, b, headroom, limit_label, oom_refs
+from ._common import CAPACITY_FROM_SCRATCH, CAPACITY_NO_DEEPSPEED, HOLD, SERVING_CAPACITY_FIXES, b, headroom, limit_label, oom_refs
 from ._runtimes import runtime_fixes, runtime_not_fixes
 
 _STARTUP = (Phase.MODEL_INIT, Phase.MODEL_TO_DEVICE, Phase.ZERO_INIT, Phase.OPTIMIZER_INIT, Phase.GRAD_PARTITION,
@@ -173,6 +173,8 @@ class Capacity:
     def _fixes_without_deepspeed(self, ctx: Context) -> list[Fix]:
         """A run without DeepSpeed: adapters and an 8-bit optimizer are changes to the run in hand; ZeRO or FSDP is
         a change of stack, priced as ZeRO-3 with CPU offload (on one GPU only offload frees memory)."""
+        if not ctx.adapters_apply:          # a network trained from scratch: its size, precision, optimizer
+            return list(CAPACITY_FROM_SCRATCH)
         lora, eight_bit, shard, larger = CAPACITY_NO_DEEPSPEED
         out = []
         if ctx.setup.get("lora_r") is None:

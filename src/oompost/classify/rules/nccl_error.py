@@ -9,6 +9,10 @@ JAX's coordination service timing out at multi-host start-up (a task that never
 registered or never reached a barrier) is the same failure in another stack.
 NCCL's ``shm_open`` refused with "Permission denied" is a set-up failure of its
 shared-memory transport (``/dev/shm`` permissions), not a full ``/dev/shm``.
+torchrun's rendezvous failing (``RendezvousClosedError``, ``RendezvousConnectionError``,
+``RendezvousTimeoutError``) means the nodes never formed, or no longer form, one
+job: a node that never joined, a port another job holds, an endpoint a node
+cannot reach, or another node's agent that closed it after its own workers died.
 
 **Fix**  Look at the first failing rank (the laggard: lowest "last enqueued
 work").  Enable the flight recorder (``TORCH_NCCL_TRACE_BUFFER_SIZE=2000``,
@@ -82,6 +86,17 @@ class NcclError:
                          "NCCL's intra-node SHM transport creates its segments there; shm_open was refused"),
                      Fix("env", "NCCL_SHM_DISABLE", "1",
                          "fall back to P2P / sockets between local ranks if /dev/shm cannot be fixed")]
+        elif "Rendezvous" in f.message or "Rendezvous" in (f.exception or "") or "rendezvous" in f.message:
+            sub, title = "rendezvous", "torchrun's rendezvous failed: the nodes did not form one job"
+            fixes = [Fix("code", "the same rendezvous on every node",
+                         "--nnodes, --rdzv_id and --rdzv_endpoint (or --master_addr/--master_port) identical on all "
+                         "nodes, and every node launched", "a node that never joins times the rendezvous out; "
+                         "a second job on the same endpoint joins or closes it"),
+                     Fix("code", "a free, reachable rendezvous port", "pick an unused --master_port / endpoint port "
+                         "that every node can reach", "'Address already in use' means another job holds the port; "
+                         "connection errors mean a firewall or a wrong address"),
+                     Fix("code", "the first failing node's own log", "read it before this one's",
+                         "a closed rendezvous is another node's agent giving up after its workers failed")]
         elif sub == "nvls":
             fixes.insert(0, Fix("env", "NCCL_NVLS_ENABLE", "0", "NVLink SHARP resources could not be bound"))
         elif kind is FailureKind.NCCL_REMOTE:
