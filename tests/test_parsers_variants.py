@@ -845,3 +845,19 @@ def test_a_closed_rendezvous_is_a_distributed_failure_with_rendezvous_fixes():
     r = oompost.analyze([str(CORPUS / "pytorch__pytorch__116974" / "log.txt")])
     assert (r.cause, r.sub_cause) == ("nccl_error", "rendezvous")
     assert any("rdzv" in str(f.value) or "master_port" in str(f.value) for f in r.primary.fixes)
+
+
+# From the eighteenth collection's dev misses, each on its real corpus input.
+def test_a_dataloader_kill_retyped_in_a_post_is_still_a_worker_kill():
+    # NVlabs/GroupViT#12 (dev, host_oom): "RuntimeError:DataLoader worker(pid xxxxx) is killed by signal:killed."
+    ev = parse_text((CORPUS / "NVlabs__GroupViT__12" / "log.txt").read_text())
+    assert [f.kind for f in ev.failures if f.kind is FailureKind.KILLED]
+    assert oompost.analyze([str(CORPUS / "NVlabs__GroupViT__12" / "log.txt")]).cause == "host_oom"
+
+
+def test_a_localised_killed_inside_markdown_backticks_is_the_shells_kill():
+    # QwenLM/Qwen3-VL#1938 (dev, host_oom): the shell's "已杀死" (zh_CN "Killed") closing a code span: "已杀死`"
+    ev = parse_text((CORPUS / "QwenLM__Qwen3-VL__1938" / "log.txt").read_text())
+    assert [f.kind for f in ev.failures] == [FailureKind.KILLED]
+    # the word inside a sentence is not a kill
+    assert not parse_text("the job was Killed by the admin yesterday\n").failures

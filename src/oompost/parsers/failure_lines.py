@@ -47,10 +47,11 @@ def _vllm_check(text: str) -> ConfigIssue | None:
 
 # (kind, sentinels, pattern)
 PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
-    (FailureKind.KILLED, ("Killed",), re.compile(r"(?:^|[\]\s|:])Killed\s*$")),
+    # (a trailing markdown backtick or quote is the forum's, not the shell's)
+    (FailureKind.KILLED, ("Killed",), re.compile(r"(?:^|[\]\s|:`])Killed[\s`'\"]*$")),
     # the shell's "Killed" in other locales (glibc's strsignal(SIGKILL)), often glued to a progress bar
     (FailureKind.KILLED, ("已杀死", "已殺死", "強制終了", "Getötet", "Убито", "죽었음"),
-     re.compile(r"(?:已杀死|已殺死|強制終了|Getötet|Убито|죽었음)\s*$")),
+     re.compile(r"(?:已杀死|已殺死|強制終了|Getötet|Убито|죽었음)[\s`'\"]*$")),
     (FailureKind.SIGKILL, ("-9", "137", "SIGKILL", "signal 9", "Signal 9"),
      re.compile(r"exitcode\s*:\s*-9\b|return code\s*=?\s*-9\b|exit(?:ed with)? (?:code|status):? 137\b|"
                 r"Signal 9 \(SIGKILL\)|SIGKILL|killed by signal 9|signal 9\b|exit code: -9\b|exited with code -9|"

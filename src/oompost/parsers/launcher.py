@@ -88,7 +88,8 @@ ZSH_KILLED_RE = re.compile(r"\[\d+\]\s+(?:[+-]\s+)?(?P<pid>\d+)\s+killed\s+(?P<c
 SHELL_SIGNAL_RE = re.compile(
     r"line \d+:\s+(?P<pid>\d+) (?P<what>Killed|Bus error)(?: +\(core dumped\))?(?:\s+(?P<cmd>.*))?$")
 # the pid as printed, or a placeholder a poster put in its place ("pid <worker_pid>", "pid(s) ...")
-DATALOADER_SIGNAL_RE = re.compile(r"DataLoader worker \(pid (?P<pid>[^)]{1,40})\) is killed by signal: (?P<sig>[\w ]+)")
+# (also as retyped in posts: "DataLoader worker(pid xxxxx) is killed by signal:killed.")
+DATALOADER_SIGNAL_RE = re.compile(r"DataLoader worker ?\(pid (?P<pid>[^)]{1,40})\) is killed by signal: ?(?P<sig>[\w ]+)")
 SHM_ERROR_RE = re.compile(
     r"out of shared memory|insufficient shared memory|raise your shared memory limit"
     r"|unable to (?:open|allocate|mmap) shared memory|Unexpected bus error"
@@ -612,7 +613,7 @@ class LauncherParser:
             return True
         if "DataLoader worker" in t:
             m = DATALOADER_SIGNAL_RE.search(t)
-            if m and "Killed" in m.group("sig"):
+            if m and "killed" in m.group("sig").lower():
                 self._fail(K.KILLED, ln, self._line_rank(ln), None,
                            f"DataLoader worker (pid {m.group('pid')}) was SIGKILLed (host memory?)")
                 return True
