@@ -121,6 +121,9 @@ _LOWER_WORDS = ((re.compile(r"\b(cuda|hip) out of memory"), lambda m: m.group(1)
                 (re.compile(r"\bprocess (\d+) has"), lambda m: f"Process {m.group(1)} has"))
 
 
+_LOWER_MESSAGE = re.compile(r"\b(?:cuda|hip) out of memory\. tried to allocate")
+
+
 def _recase(text: str) -> str:
     for rx, to in _LOWER_WORDS:
         text = rx.sub(to, text)
@@ -177,7 +180,7 @@ class TorchOomParser:
                     message_format="malloc_async", exception="OutOfMemoryError", stack=self._stack(rank),
                     truncated=True))
             return
-        if "tried to allocate" in text and "Tried to allocate" not in text:
+        if "tried to allocate" in text and "Tried to allocate" not in text and _LOWER_MESSAGE.search(text):
             text = _recase(text)
         if "        " in text.strip() or "**" in text:
             text = self._best_reading(text, ln, rank)
