@@ -108,7 +108,7 @@ class NcclError:
             self.code, self.cause, title, confidence(signals), evidence=cited, fixes=tuple(fixes),
             not_fixes=(NotAFix("memory settings", "no rank ran out of memory"),
                        *((NotAFix("NCCL_P2P_DISABLE=1", "changes the transport, not a stuck rank"),)
-                         if sub != "shm_refused" else ())),
+                         if sub not in ("shm_refused", "rendezvous") else ())),
             signals=tuple(signals), numbers=tuple(numbers),
             detail=f"{f.message[:300] or title}.{why} No rank reports an out-of-memory error, so this is a "
                    "distributed failure, not a memory one.", sub_cause=sub)]
