@@ -86,3 +86,11 @@ def test_a_network_trained_from_scratch_is_not_told_to_train_adapters():
     bare = build_context(parse_paths([str(CORPUS / "lm-sys__FastChat__1781" / "log.txt")]))
     assert bare.adapters_apply
     assert any("lora" in f.key.lower() for f in Capacity()._fixes(bare))
+
+
+def test_every_runtime_context_names_has_its_own_fixes():
+    # Context.own_runtime reads oompost.model.OWN_RUNTIMES; a runtime added there without a table would get no fixes
+    from oompost.model import OWN_RUNTIMES
+
+    for rt in OWN_RUNTIMES:
+        assert runtime_fixes(rt, Cause.ACTIVATION_SPIKE) or runtime_fixes(rt, Cause.CAPACITY), rt

@@ -40,6 +40,9 @@ class SourceRef:
 LOST_FRAME = "(frame header not in the input)"
 # frames another runtime's OOM names instead of a Python traceback (parsers/runtime_ooms.py): the frame's filename is
 # the runtime's key, its name the C function, op or graph node that failed, its line the log line
+# runtimes other than PyTorch whose own allocator's failure a message names (``OomEvent.message_format``): their
+# knobs are their own (classify/rules/_runtimes.py), not PyTorch's allocator settings or a trainer's arguments
+OWN_RUNTIMES = ("ggml", "tensorrt", "rmm", "xla", "tensorflow", "paddle", "mlx")
 RUNTIME_FRAMES = {"ggml": "llama.cpp", "tensorflow": "TensorFlow", "onnxruntime": "ONNX Runtime",
                   "tensorrt": "TensorRT"}
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..estimate.memory import Estimate, TrainSetup, estimate
 from ..estimate.models import ModelSpec, spec_from_param_count
-from ..model import RUNTIME_FRAMES, Evidence, Failure, Fact, Frame, OomEvent, Snapshot
+from ..model import OWN_RUNTIMES, RUNTIME_FRAMES, Evidence, Failure, Fact, Frame, OomEvent, Snapshot
 from .phase import Phase, PhaseMatch, classify_frames, user_location
 from .ranks import RankRow, first_failing_rank, rank_table
 from .setup import RunSetup, build_setup
@@ -74,7 +74,7 @@ class Context:
         profiles; partitions and spilling; remat, preallocation, allocator flags), not PyTorch's allocator
         settings, a trainer's arguments or a ds_config."""
         fmt = self.oom.message_format if self.oom is not None else ""
-        return fmt if fmt in ("ggml", "tensorrt", "rmm", "xla", "tensorflow", "paddle", "mlx") else ""
+        return fmt if fmt in OWN_RUNTIMES else ""
 
     @property
     def is_serving(self) -> bool:

@@ -111,16 +111,14 @@ def _unpad(text: str, join_words: bool) -> str:
 # a message pasted lowercased (an issue title, a logger that lowers its text): "cuda out of memory. tried to
 # allocate 78.88 mib (gpu 0; 3.95 gib total capacity; ...; 557.82 mib cached)" is read in PyTorch's own casing
 _LOWER_WORDS = ((re.compile(r"\b(cuda|hip) out of memory"), lambda m: m.group(1).upper() + " out of memory"),
-                (re.compile(r"\btried to allocate"), lambda m: "Tried to allocate"),
+                (re.compile(r"\btried to allocate"), "Tried to allocate"),
                 (re.compile(r"\bgpu ?(\d*)(?= has a total|;)"), lambda m: "GPU " + m.group(1) if m.group(1) else "GPU"),
                 (re.compile(r"(\d) ?([kmgtp])ib\b"), lambda m: f"{m.group(1)} {m.group(2).upper()}iB"),
-                (re.compile(r"\bpytorch\b"), lambda m: "PyTorch"),
-                (re.compile(r"\b(?:torch\.(?:cuda\.)?)?outofmemoryerror\b"), lambda m: "torch.OutOfMemoryError"),
-                (re.compile(r"\bof the allocated memory"), lambda m: "Of the allocated memory"),
-                (re.compile(r"\bincluding non-PyTorch"), lambda m: "Including non-PyTorch"),
-                (re.compile(r"\bprocess (\d+) has"), lambda m: f"Process {m.group(1)} has"))
-
-
+                (re.compile(r"\bpytorch\b"), "PyTorch"),
+                (re.compile(r"\b(?:torch\.(?:cuda\.)?)?outofmemoryerror\b"), "torch.OutOfMemoryError"),
+                (re.compile(r"\bof the allocated memory"), "Of the allocated memory"),
+                (re.compile(r"\bincluding non-PyTorch"), "Including non-PyTorch"),
+                (re.compile(r"\bprocess (\d+) has"), r"Process \1 has"))
 _LOWER_MESSAGE = re.compile(r"\b(?:cuda|hip) out of memory\. tried to allocate")
 
 

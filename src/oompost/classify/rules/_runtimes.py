@@ -12,7 +12,10 @@ hint (``TF_GPU_ALLOCATOR=cuda_malloc_async``), PaddlePaddle's memory flags (``FL
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..base import Cause, Fix, NotAFix
+from ._common import LARGER_CARD
 
 # llama.cpp / ggml's knobs (llama-server, llama-cpp-python, ollama's num_ctx / num_gpu)
 GGML_FIXES = (Fix("code", "--ctx-size (-c) / n_ctx / num_ctx", "lower it (e.g. 8192)",
@@ -40,6 +43,12 @@ RMM_FIXES = (Fix("code", "more GPUs or partitions", "a Dask-CUDA cluster over mo
              Fix("code", "XGBoost's QuantileDMatrix", "build the training matrix with xgboost.dask.DaskQuantileDMatrix",
                  "keeps the quantised matrix only, not the raw features as well"))
 
+# what every training framework shares
+_STABLE_SHAPES = Fix("code", "stable shapes", "pad batches to a few fixed lengths",
+                     "varying sizes leave holes the next size cannot reuse")
+_ANOTHER_GPU = Fix("env", "CUDA_VISIBLE_DEVICES", "a GPU no other process uses", "another process holds the card")
+_NOT_TORCH = (NotAFix("PYTORCH_CUDA_ALLOC_CONF / torch.cuda.empty_cache()", "not this runtime's allocator"),)
+
 # XLA (JAX, torch_xla, TF on TPU): the program is compiled as a whole, its buffers sized for the traced shapes
 _UNIFIED = Fix("env", "TF_FORCE_UNIFIED_MEMORY=1 and XLA_PYTHON_CLIENT_MEM_FRACTION", "e.g. 4.0 (JAX on a GPU)",
                "unified memory lets the program spill into host RAM (slower), as AlphaFold's scripts do for long "
@@ -64,15 +73,13 @@ XLA_FIXES = {
             "a larger pool leaves room for a block of the failing size"),
         Fix("env", "XLA_PYTHON_CLIENT_PREALLOCATE", "leave it on (the default): do not set it to false",
             "one preallocated pool fragments less than allocating on demand"),
-        Fix("code", "stable shapes", "pad batches to a few fixed lengths",
-            "each new shape is a new compiled program with its own buffers")),
+        replace(_STABLE_SHAPES, why="each new shape is a new compiled program with its own buffers")),
     Cause.CONFIG_ERROR: (
         Fix("env", "XLA_PYTHON_CLIENT_MEM_FRACTION", "a share per process (e.g. .45 for two)",
             "every JAX process preallocates 75 % of the card by default"),
         Fix("code", "keep TensorFlow off the GPU", "tf.config.set_visible_devices([], 'GPU') when it only loads data",
             "TensorFlow preallocates the card too")),
 }
-XLA_NOT_FIXES = (NotAFix("PYTORCH_CUDA_ALLOC_CONF / torch.cuda.empty_cache()", "not this runtime's allocator"),)
 
 TENSORFLOW_FIXES = {
     Cause.ACTIVATION_SPIKE: (
@@ -84,17 +91,15 @@ TENSORFLOW_FIXES = {
         Fix("code", "a smaller model or input size", "", "the weights and optimizer slots exceed the card"),
         Fix("code", "mixed precision", "tf.keras.mixed_precision.set_global_policy('mixed_float16')",
             "weights in compute and activations take half the bytes"),
-        Fix("code", "more GPUs or a larger card", "", "model states scale with the parameter count")),
+        LARGER_CARD),
     Cause.FRAGMENTATION: (
         Fix("env", "TF_GPU_ALLOCATOR", "cuda_malloc_async", "TensorFlow's own hint when its BFC pool fragments"),
-        Fix("code", "stable shapes", "pad batches to a few fixed lengths",
-            "varying sizes leave holes the next size cannot reuse")),
+        _STABLE_SHAPES),
     Cause.CONFIG_ERROR: (
         Fix("code", "memory growth", "tf.config.experimental.set_memory_growth(gpu, True) "
             "(or TF_FORCE_GPU_ALLOW_GROWTH=true)", "TensorFlow maps almost the whole card at start-up by default"),
-        Fix("env", "CUDA_VISIBLE_DEVICES", "a GPU no other process uses", "another process holds the card")),
+        _ANOTHER_GPU),
 }
-TENSORFLOW_NOT_FIXES = XLA_NOT_FIXES
 
 PADDLE_FIXES = {
     Cause.ACTIVATION_SPIKE: (
@@ -107,18 +112,16 @@ PADDLE_FIXES = {
         Fix("code", "sharding", "paddle.distributed.sharding.group_sharded_parallel (level 'os_g' or 'p_g_os')",
             "each GPU holds a share of the optimizer state, gradients and weights"),
         Fix("code", "AMP O2", "paddle.amp.decorate(level='O2')", "fp16 weights in compute"),
-        Fix("code", "more GPUs or a larger card", "", "model states scale with the parameter count")),
+        LARGER_CARD),
     Cause.FRAGMENTATION: (
         Fix("env", "FLAGS_allocator_strategy", "naive_best_fit",
             "the preallocated best-fit pool fragments less than auto_growth (the pip default)"),
-        Fix("code", "stable shapes", "pad batches to a few fixed lengths",
-            "varying sizes leave holes the next size cannot reuse")),
+        _STABLE_SHAPES),
     Cause.CONFIG_ERROR: (
         Fix("env", "FLAGS_fraction_of_gpu_memory_to_use", "a share per process",
             "the naive_best_fit pool takes most of the card at start-up"),
-        Fix("env", "CUDA_VISIBLE_DEVICES", "a GPU no other process uses", "another process holds the card")),
+        _ANOTHER_GPU),
 }
-PADDLE_NOT_FIXES = XLA_NOT_FIXES
 
 # Apple MLX (unified memory: the GPU's share of the Mac's RAM); mlx_lm's LoRA trainer flags
 MLX_FIXES = {
@@ -130,15 +133,12 @@ MLX_FIXES = {
         Fix("code", "a quantized model", "mlx_lm.convert -q (4-bit)", "4-bit weights take a quarter of 16-bit ones"),
         Fix("code", "mlx_lm.lora --num-layers", "fewer adapted layers", "fewer gradients and optimizer states")),
 }
-MLX_NOT_FIXES = XLA_NOT_FIXES
 
 _TABLES: dict[str, tuple[Fix, ...] | dict[Cause, tuple[Fix, ...]]] = {
     "ggml": GGML_FIXES, "tensorrt": TENSORRT_FIXES, "rmm": RMM_FIXES,
     "xla": XLA_FIXES, "tensorflow": TENSORFLOW_FIXES, "paddle": PADDLE_FIXES, "mlx": MLX_FIXES}
-_NOT: dict[str, tuple[NotAFix, ...]] = {"xla": XLA_NOT_FIXES, "tensorflow": TENSORFLOW_NOT_FIXES,
-                                         "paddle": PADDLE_NOT_FIXES, "mlx": MLX_NOT_FIXES}
-# every runtime Context.own_runtime names
-RUNTIMES = tuple(_TABLES)
+# the training frameworks: PyTorch's allocator settings are what their users get told and what does nothing
+_TRAINING = ("xla", "tensorflow", "paddle", "mlx")
 
 
 def runtime_fixes(runtime: str, cause: Cause) -> tuple[Fix, ...]:
@@ -154,4 +154,4 @@ def runtime_fixes(runtime: str, cause: Cause) -> tuple[Fix, ...]:
 
 def runtime_not_fixes(runtime: str) -> tuple[NotAFix, ...]:
     """What a PyTorch user would try that does nothing in this runtime."""
-    return _NOT.get(runtime, ())
+    return _NOT_TORCH if runtime in _TRAINING else ()
