@@ -535,6 +535,22 @@ def test_oom_bar_geometry():
     _coords_finite(str(huge.svg))
 
 
+@pytest.mark.parametrize("request_gib, note", [(215, "alone is"), (2, "does not say how much")])
+def test_oom_bar_never_draws_an_unstated_card_as_free(request_gib, note):
+    """A message with only a request and a capacity (XLA, a bare cudaMalloc line) says nothing of what was in use:
+    the bar must not show the whole card as free."""
+    oom = replace(fragmentation_report().oom, allocated_bytes=None, reserved_unallocated_bytes=None, free_bytes=None,
+                  process_in_use_bytes=None, other_processes_bytes=None, limit_source="capacity",
+                  capacity_bytes=32 * 2**30, limit_bytes=32 * 2**30, requested_bytes=request_gib * 2**30)
+    bar = oom_bar(oom)
+    assert bar is not None
+    labels = [label for _, label, _ in bar.legend]
+    assert "free on the card" not in labels and "in use or free: the message does not say" in labels
+    assert note in bar.note and "past the" not in bar.note and "below the" not in bar.note
+    assert "ends at" not in bar.request_end_text
+    _coords_finite(str(bar.svg))
+
+
 def test_segment_map_omitted_without_segments_and_huge_segments_ok():
     assert 'id="segments"' not in render_html(fragmentation_report(segments=()))
     seg = SegmentView(0, 2**60, "large", 0, (SegmentBlockView(0, 2**59, "inactive"),

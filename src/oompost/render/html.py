@@ -88,7 +88,11 @@ def oom_bar(oom: "OomSummary | None") -> OomBar | None:
         elif oom.process_in_use_bytes is not None:
             other = max(0, oom.process_in_use_bytes - alloc - unalloc)
     used = alloc + unalloc + other
-    if allowed and limit is not None:
+    stated = any(v is not None for v in (oom.allocated_bytes, oom.reserved_unallocated_bytes, oom.free_bytes,
+                                         oom.process_in_use_bytes))
+    if not stated and limit is not None:
+        free = 0              # the message gives no use: the card is drawn as unstated, not as free
+    elif allowed and limit is not None:
         free = max(0, limit - alloc - unalloc)
     elif oom.free_bytes is not None:
         free = max(0, oom.free_bytes)
@@ -100,6 +104,8 @@ def oom_bar(oom: "OomSummary | None") -> OomBar | None:
              BarPart("unalloc", "reserved but unallocated", unalloc),
              BarPart("other", "other memory in use (non-PyTorch, other processes)", other),
              BarPart("free", f"free (within the {label})" if allowed else "free on the card", free)]
+    if not stated and limit is not None:
+        parts.append(BarPart("unstated", "in use or free: the message does not say", limit))
     parts = [p for p in parts if p.bytes > 0]
     span = max(float(limit or 0), float(used + free), float(used + request))
     if span <= 0:
@@ -116,6 +122,10 @@ def oom_bar(oom: "OomSummary | None") -> OomBar | None:
                          _tag('<rect class="track" x="0" y="6" width="{}" height="28"/>', _n(W))]
     x = 0.0
     for p in parts:
+        if p.key == "unstated":     # drawn under the request, from 0 to the limit
+            out.append(_tag('<rect class="seg unstated" x="0" y="6" width="{}" height="28"><title>{}: {}</title>'
+                            '</rect>', _n(p.bytes / span * W), p.label, gib(p.bytes)))
+            continue
         w = p.bytes / span * W
         out.append(_tag('<rect class="seg {}" x="{}" y="6" width="{}" height="28"><title>{}: {}</title></rect>',
                         p.key, _n(x), _n(max(w, 0.8)), p.label, gib(p.bytes)))
@@ -143,7 +153,11 @@ def oom_bar(oom: "OomSummary | None") -> OomBar | None:
     if limit is not None:
         legend.append(("limit", label, gib(limit)))
     note = ""
-    if request and limit is not None:
+    if request and limit is not None and not stated:
+        note = (f"The request alone is {gib(request - limit)} larger than the {label}." if request > limit else
+                f"The message does not say how much of the {label} was in use; the request is "
+                f"{100 * request / limit:.0f}% of it.")
+    elif request and limit is not None:
         over = used + request - limit
         if over > 0:
             note = f"New memory for the request would end {gib(over)} past the {label}."
@@ -155,7 +169,7 @@ def oom_bar(oom: "OomSummary | None") -> OomBar | None:
     elif limit is None:
         note = "The OOM message gave no capacity or cap; the bar spans what it did give."
     return OomBar(Markup("").join(out), tuple(legend), label, limit_pct, req_end_pct,
-                  f"request ends at {gib(used + request)}", note)
+                  f"request ends at {gib(used + request)}" if stated else f"the request: {gib(request)}", note)
 
 
 # ------------------------------------------------------------------ timeline
