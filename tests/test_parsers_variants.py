@@ -861,3 +861,22 @@ def test_a_localised_killed_inside_markdown_backticks_is_the_shells_kill():
     assert [f.kind for f in ev.failures] == [FailureKind.KILLED]
     # the word inside a sentence is not a kill
     assert not parse_text("the job was Killed by the admin yesterday\n").failures
+
+
+# Project-MONAI/tutorials#564 (dev): a corrupt request larger than an exabyte, printed in GiB by an older torch
+def test_an_exabyte_request_is_kept_and_called_corrupt(tmp_path):
+    text = ("CUDA out of memory. Tried to allocate 6056239117.41 GiB (GPU 0; 44.56 GiB total capacity; 2.20 GiB "
+            "already allocated; 40.30 GiB free; 2.54 GiB reserved in total by PyTorch). unable to sync buffer "
+            "contents\n")
+    (o,) = parse_text(text).ooms
+    assert o.requested_bytes is not None and o.requested_bytes > 6 * 10**18
+    (tmp_path / "run.log").write_text(text)
+    r = oompost.analyze([tmp_path / "run.log"])
+    assert r.cause == "config_error" and r.findings[0].code == "CFG004"
+
+
+@pytest.mark.parametrize("line", ["MemoryError -- std::bad_alloc",            # snap-stanford/ogb#404 (dev), torch 1.x
+                                  "terminate called after throwing an instance of 'std::bad_alloc'"])
+def test_a_cpp_bad_alloc_is_host_memory(line):
+    (o,) = parse_text("loading\n" + line + "\n  what():  std::bad_alloc\n").ooms
+    assert o.kind is OomKind.HOST

@@ -97,3 +97,29 @@ def test_a_serving_engines_constructor_says_nothing():
     # profile forward and allocates the KV cache: construction there is not only weights
     ctx = build_context(parse_paths([str(CORPUS / "vllm-project__vllm__22173" / "log.txt")]))
     assert ctx.phase.phase is Phase.UNKNOWN
+
+
+def test_a_datasets_constructor_and_torch_save_are_not_model_loading():
+    # https://github.com/snap-stanford/ogb/issues/404: NodePropPredDataset.__init__ -> pre_process -> torch.save ->
+    # "MemoryError -- std::bad_alloc": preprocessing data and writing it, neither building nor loading a model
+    frames = (Frame("node_prop_pred_data.py", 24, "<module>", "dataset = NodePropPredDataset(name=dataset_name)"),
+              Frame("/venv/site-packages/ogb/nodeproppred/dataset.py", 63, "__init__", "self.pre_process()"),
+              Frame("/venv/site-packages/ogb/nodeproppred/dataset.py", 139, "pre_process", "torch.save(obj, path)"),
+              Frame("/venv/site-packages/torch/serialization.py", 372, "save", "_save(obj, opened_zipfile)"))
+    assert classify_frames(frames, innermost_first=False, constructors=True).phase is Phase.UNKNOWN
+    # torch.load's own frames still are a checkpoint load; a model's constructor still is construction
+    load = frames[:1] + (Frame("/venv/site-packages/torch/serialization.py", 592, "load", "return _load(f)"),)
+    assert classify_frames(load, innermost_first=False, constructors=True).phase is Phase.CHECKPOINT_LOAD
+    model = frames[:1] + (Frame("/data/models/net.py", 10, "__init__", "self.w = torch.zeros(n)"),)
+    assert classify_frames(model, innermost_first=False, constructors=True).phase is Phase.MODEL_INIT
+
+
+def test_a_host_memory_error_in_preprocessing_is_host_oom_without_deepspeed_advice():
+    ctx_paths = [str(CORPUS / "snap-stanford__ogb__404" / "log.txt")]
+    import oompost
+
+    r = oompost.analyze(ctx_paths)
+    assert r.cause == "host_oom"
+    keys = " ".join(f"{f.fix.key} {f.fix.value}" for f in r.fixes)
+    assert "zero.Init" not in keys and "low_cpu_mem_usage" not in keys
+    assert "MemoryError" in r.findings[0].detail

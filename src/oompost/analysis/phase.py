@@ -98,7 +98,8 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     # checkpoints, host memory
     (Phase.CHECKPOINT_LOAD, None, r"load_checkpoint|_load_zero_checkpoint|load_state_dict|_load_from_state_dict", None,
      "checkpoint load"),
-    (Phase.CHECKPOINT_LOAD, "torch/serialization", None, None, "torch.load"),
+    # torch.load's side of torch/serialization.py only: torch.save (_save, save) writes a checkpoint, it loads nothing
+    (Phase.CHECKPOINT_LOAD, "torch/serialization", r"^(?!_?save$|_open_zipfile_writer|__exit__$)", None, "torch.load"),
     (Phase.PIN_MEMORY, None, r"pin_memory|_pin_memory_loop", None, "pinned host memory"),
     # generation
     (Phase.GENERATION, "transformers/generation", None, None, "generate()"),
@@ -210,6 +211,10 @@ _CONSTRUCTOR_WHY = "a constructor allocating on the GPU (a model or pipeline bei
 # serving engines whose constructors also run the model (vLLM's profile run and CUDA-graph capture, sglang's and
 # TensorRT-LLM's warm-up): construction there is weights, activations and the KV cache, so it says nothing
 _ENGINES_THAT_RUN_IN_INIT = ("vllm/", "sglang/", "text_generation_server/", "tensorrt_llm/", "lmdeploy/")
+# a constructor in a dataset module builds data, not a model (ogb's NodePropPredDataset.__init__ preprocessing)
+# (the module's own name or its package's, not any directory: "/data/" is a common mount point)
+_DATA_MODULE = re.compile(r"(?:^|[/\\])(?:\w*dataset\w*|\w*dataloader\w*)\.py$|(?:^|[/\\])datasets?[/\\][^/\\]+\.py$",
+                          re.IGNORECASE)
 
 
 def classify_frames(frames: tuple[Frame, ...], innermost_first: bool, constructors: bool = False) -> PhaseMatch:
@@ -232,6 +237,8 @@ def classify_frames(frames: tuple[Frame, ...], innermost_first: bool, constructo
         if m is None and constructors and weak is None and not internal and _CONSTRUCTOR.match(fr.name):
             if any(e in fr.filename.replace("\\", "/") for e in _ENGINES_THAT_RUN_IN_INIT):
                 return PhaseMatch(Phase.UNKNOWN)
+            if _DATA_MODULE.search(fr.filename):
+                continue
             weak = PhaseMatch(Phase.MODEL_INIT, fr, _CONSTRUCTOR_WHY)
             continue
         if m is None:

@@ -28,7 +28,7 @@ import re
 
 from ..model import LOST_FRAME, Frame, OomEvent, OomKind, Stack
 from ..sources import LogLine
-from ..units import parse_size_or_none
+from ..units import parse_size, parse_size_or_none
 from . import runtime_ooms
 from .base import EvidenceBuilder, TracebackTracker, line_rank, literal_trigger, match_frame, ref
 
@@ -36,7 +36,7 @@ _SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
 
 TRIGGERS = ("out of memory", "OutOfMemory", "Tried to allocate", "ALLOC_FAILED", "NOT_ENOUGH_WORKSPACE", "MemoryError",
             "Unable to allocate", "can't allocate memory", "not enough memory: you tried", "would exceed allowed memory",
-            "Allocation on device")
+            "Allocation on device", "instance of 'std::bad_alloc'")
 TRIGGERS = tuple(dict.fromkeys(TRIGGERS + runtime_ooms.TRIGGERS))      # and other runtimes' (parsers/runtime_ooms.py)
 
 # cudaMallocAsync's message cut to its first words, as ComfyUI shows it ("Error occurred when executing
@@ -75,8 +75,11 @@ MPS_FIGURES = re.compile(rf"MPS allocated: (?P<alloc>{_SZ}), other allocations: 
 NUMPY_ALLOC = re.compile(r"Unable to allocate (?P<num>\d+(?:\.\d*)?) ?(?P<unit>[KMGTPE]i?B) for an array with shape")
 _GPU_WORDS = re.compile(r"cuda|CUDA|GPU|HIP|hipError|device memory")
 # (a logger's bracketed prefixes may come first: "[00000600] [01-24-2023 23:20:26] MemoryError", n00mkrad/
-# text2image-gui#65)
-PY_MEMORY_ERROR = re.compile(r"^\s*(?:\[[^\]]{1,40}\]\s*)*(?:[A-Za-z_]\w*\.)*_?(?:Array)?MemoryError\b(?:\s*$|:)")
+# text2image-gui#65; torch 1.x translates a C++ std::bad_alloc as "MemoryError -- std::bad_alloc", snap-stanford/
+# ogb#404), and the C++ runtime's own abort on a failed host allocation: "terminate called after throwing an
+# instance of 'std::bad_alloc'"
+PY_MEMORY_ERROR = re.compile(r"^\s*(?:\[[^\]]{1,40}\]\s*)*(?:[A-Za-z_]\w*\.)*_?(?:Array)?MemoryError\b(?:\s*$|:|\s+--\s)"
+                             r"|terminate called after throwing an instance of 'std::bad_alloc'")
 
 
 # where an OOM message starts; two ranks printing at once glue theirs onto one line
@@ -130,6 +133,16 @@ def _recase(text: str) -> str:
 
 def _size(m: re.Match[str] | None, group: str = "sz") -> int | None:
     return parse_size_or_none(m.group(group)) if m else None
+
+
+def _request_size(text: str) -> int | None:
+    """"Tried to allocate" as printed.  Unlike a process reading, an exabyte-scale request is not NVML garbage but
+    a corrupt size the allocator really was asked for (older torch prints "6056239117.41 GiB"; 2.x "more than
+    1EB memory"): kept, capped so it stays a signed 64-bit integer."""
+    try:
+        return min(parse_size(text), 2**63 - 1)
+    except ValueError:
+        return None
 
 
 class TorchOomParser:
@@ -333,7 +346,7 @@ class TorchOomParser:
             return OomEvent(OomKind.HOST, ref(self.path, ln), rank, None,
                             requested_bytes=parse_size_or_none(f"{float(m.group('num'))} {m.group('unit')}"),
                             exception=exc or "MemoryError", message_format="numpy", stack=stack)
-        if PY_MEMORY_ERROR.match(text):
+        if PY_MEMORY_ERROR.search(text):
             # a CUDA extension's std::bad_alloc surfaces as MemoryError too ("MemoryError: std::bad_alloc:
             # cudaErrorMemoryAllocation: out of memory"): that one is the GPU's
             gpu = _GPU_WORDS.search(text) is not None
@@ -392,7 +405,7 @@ class TorchOomParser:
 
     def _caching(self, text: str, ln: LogLine, rank: int | None, kind: OomKind, exc: str, stack: Stack,
                  m_req: re.Match[str]) -> OomEvent:
-        requested = parse_size_or_none(m_req.group("req")) if m_req.group("req") else 2**60
+        requested = _request_size(m_req.group("req")) if m_req.group("req") else 2**60
         old = OLD_BLOCK.search(text)
         others = tuple((int(m.group("pid")), b) for m in OTHER_PROC.finditer(text)
                        if (b := _size(m)) is not None)

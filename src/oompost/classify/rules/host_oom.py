@@ -26,6 +26,19 @@ from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b
 
 
+# what the failing host allocation was, in the words of the message that reported it
+_HOST_OOM_WORDS = {
+    "DefaultCPUAllocator": "DefaultCPUAllocator could not allocate host memory",
+    "numpy": "numpy could not allocate an array in host memory",
+    "MemoryError": "Python raised MemoryError: a host allocation (or C++ std::bad_alloc) failed",
+    "windows_pagefile": "Windows' paging file is too small for the allocation",
+}
+
+LOAD_LEAN = Fix("code", "load without a full host copy",
+                "from_pretrained(..., low_cpu_mem_usage=True, device_map=...) / torch.load(..., mmap=True)",
+                "loading otherwise builds the whole model (or state dict) in host RAM before it moves, once per "
+                "process")
+
 class HostOom:
     code = "HOST001"
     cause = Cause.HOST_OOM
@@ -51,7 +64,7 @@ class HostOom:
             signals.append(("the kernel / cgroup OOM killer killed a rank", 0.8))
             refs += [f.ref for f in kills[:3]]
         if host_ooms:
-            signals.append(("DefaultCPUAllocator could not allocate host memory", 0.8))
+            signals.append((_HOST_OOM_WORDS.get(host_ooms[0].message_format, "a host-memory allocation failed"), 0.8))
             refs += [o.ref for o in host_ooms[:2]]
         if pinned:
             signals.append(("a pinned host allocation failed", 0.7))
@@ -121,9 +134,11 @@ class HostOom:
                              "each worker holds its own copy of the dataset object and its prefetched batches"))
         loading = ctx.phase.phase in (Phase.MODEL_INIT, Phase.CHECKPOINT_LOAD) or \
             ctx.evidence.fact("cue.model_loading") is not None
-        if ctx.setup.deepspeed or (loading and not ray and not pinned and not workers):
+        if ctx.setup.deepspeed:
             fixes.append(Fix("code", "deepspeed.zero.Init", "build the model under zero.Init",
                              "otherwise every local rank materialises a full CPU copy of the model"))
+        elif loading and not ray and not pinned and not workers:
+            fixes.append(LOAD_LEAN)
         if not fixes:
             fixes.append(Fix("code", "more host RAM (or swap), or less held on the host", "",
                              "the GPU did not run out: the host did"))
