@@ -123,3 +123,17 @@ def test_a_host_memory_error_in_preprocessing_is_host_oom_without_deepspeed_advi
     keys = " ".join(f"{f.fix.key} {f.fix.value}" for f in r.fixes)
     assert "zero.Init" not in keys and "low_cpu_mem_usage" not in keys
     assert "MemoryError" in r.findings[0].detail
+
+
+def test_a_kv_cache_pool_allocation_is_generation():
+    # ModelTC/LightLLM#13's failing statement, inside a serving engine's constructor
+    frames = (Frame("/srv/lightllm/server/router/model_infer/model_rpc.py", 80, "exposed_init_model", "self.model = M()"),
+              Frame("/srv/lightllm/common/mem_manager.py", 20, "__init__", "self._init_buffers(size)"),
+              Frame("/srv/lightllm/common/mem_manager.py", 31, "_init_buffers",
+                    'self.value_buffer = [torch.empty((size, head_num, head_dim), dtype=dtype, device="cuda") '
+                    'for _ in range(layer_num)]'))
+    m = classify_frames(frames, innermost_first=False, constructors=True)
+    assert m.phase is Phase.GENERATION and "KV-cache" in m.why
+    # a buffer that is not a cache stays what it was
+    plain = frames[:2] + (Frame("/srv/model.py", 31, "_init_buffers", "self.buf = torch.empty(n, device='cuda')"),)
+    assert classify_frames(plain, innermost_first=False, constructors=True).phase is not Phase.GENERATION

@@ -104,6 +104,12 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     # generation
     (Phase.GENERATION, "transformers/generation", None, None, "generate()"),
     (Phase.GENERATION, "cache_utils", None, None, "KV cache"),
+    # a serving engine preallocating its KV-cache pool (LightLLM's "self.value_buffer = [torch.empty((size,
+    # head_num, head_dim), ...)", vLLM's _allocate_kv_cache): the cache sized for the requests it will serve
+    (Phase.GENERATION, None, None, r"\b(?:key|value|kv|k|v)_(?:buffer|cache)s?\s*=.*torch\.(?:empty|zeros)\(",
+     "the KV-cache pool being allocated"),
+    (Phase.GENERATION, None, r"^_?(?:allocate|init|initialize)_kv_cache|^_allocate_kv_cache_tensors$", None,
+     "the KV-cache pool being allocated"),
     (Phase.GENERATION, None, r"^generate$|_sample$|beam_search|greedy_search", None, "generation"),
     # TensorFlow: the op kernel or graph node that failed (parsers/runtime_ooms.py makes them the frames, the node
     # innermost); gradient ops are backward, optimizer ops the step, any other op is the model's forward
