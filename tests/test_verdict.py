@@ -281,3 +281,28 @@ def test_under_cudamallocasync_the_snapshot_asked_for_needs_the_native_allocator
     assert r.oom is not None and r.oom.message_format == "malloc_async"
     settle = r.to_json()["findings"][0]["settle"]
     assert any("unset PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" in s for s in settle)
+
+
+# deepspeedai/Megatron-DeepSpeed#474 (dev): the pipeline engine's assertion text, posted alone
+PIPE_ZERO = "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism\n"
+
+
+def test_zero_with_pipeline_parallelism_is_a_config_error_with_its_fix():
+    r = verdict(PIPE_ZERO)
+    assert r.cause == "config_error"
+    assert any(f.fix.key == "zero_optimization.stage" and f.fix.value == 1 for f in r.fixes)
+    # HF's warning of the same words is not a failure
+    assert verdict("`use_cache=True` is incompatible with gradient checkpointing. Setting `use_cache=False`.\n"
+                   ).cause == "unknown"
+
+
+def test_a_free_figure_equal_to_the_request_as_printed_does_not_cover_it():
+    from oompost.analysis.context import build_context
+    from oompost.classify.features import extract
+
+    def covers(free: str) -> float:
+        text = (f"torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.91 GiB (GPU 0; 7.93 GiB total "
+                f"capacity; 5.33 GiB already allocated; {free} free; 5.36 GiB reserved in total by PyTorch)\n")
+        return extract(build_context(parse_text(text)), ())["oom.free_covers_request"]
+
+    assert covers("1.91 GiB") == 0.0 and covers("1.90 GiB") == 0.0 and covers("1.93 GiB") == 1.0

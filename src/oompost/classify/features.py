@@ -45,7 +45,7 @@ FEATURES = (
     "oom.gpu", "oom.host", "oom.numbers", "oom.request_large", "oom.request_small", "oom.request_exceeds_limit", "oom.allocated_near_limit",
     "oom.reserved_unallocated_covers_request", "oom.reserved_unallocated_large", "oom.free_covers_request",
     "oom.other_processes", "oom.cuda_error_text", "oom.lib_workspace", "oom.allocated_exceeds_capacity",
-    "oom.small_card", "oom.held_elsewhere", "oom.request_ratio", "oom.allocated_ratio", "oom.allocated_low",
+    "oom.small_card", "oom.tiny_card", "oom.held_elsewhere", "oom.request_ratio", "oom.allocated_ratio", "oom.allocated_low",
     "fail.nccl_cuda_oom", "fail.nccl_timeout", "fail.nccl_network", "fail.host", "fail.sigkill",
     "fail.config", "fail.duplicate_gpu", "fail.python_exception", "fail.launcher_kill", "fail.none",
     "phase.model_state", "phase.optimizer_step", "phase.activation", "phase.loss", "phase.generation",
@@ -55,6 +55,15 @@ FEATURES = (
     "cue.progress_before_oom", "cue.loading_before_oom", "steps.some", "steps.growing", "snapshot",
     "ds_config",
 )
+
+
+def _rounding(v: int) -> float:
+    """Half of the last printed digit of ``v`` as torch formats it ("1.91 GiB": 0.005 GiB)."""
+    unit = 1
+    for u in (2**10, 2**20, 2**30, 2**40):
+        if v >= u:
+            unit = u
+    return 0.005 * unit
 
 
 def _frac(a: int | None, b: int | None) -> float:
@@ -99,12 +108,19 @@ def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> di
             f["oom.allocated_exceeds_capacity"] = 1.0
         if L and L < 6 * 2**30:
             f["oom.small_card"] = 1.0
+        # a card of 2 GiB or less (a laptop GPU, an old GTX): the weights and the framework's own context take
+        # most of it before any batch
+        if L and L <= 2.1 * 2**30:
+            f["oom.tiny_card"] = 1.0
         if ru is not None and req:
             f["oom.reserved_unallocated_covers_request"] = 1.0 if ru >= req else 0.0
         if ru is not None and L:
             f["oom.reserved_unallocated_large"] = 1.0 if ru >= 0.05 * L else 0.0
         if o.free_bytes is not None and req and o.allowed_bytes is None:
-            f["oom.free_covers_request"] = 1.0 if o.free_bytes >= req else 0.0
+            # the message rounds both to 0.01 of their units (±5 MiB in GiB): a free figure equal to the request
+            # as printed is the allocation that failed, not room for it
+            f["oom.free_covers_request"] = 1.0 if o.free_bytes - req > _rounding(o.free_bytes) + _rounding(req) \
+                else 0.0
         f["oom.other_processes"] = 1.0 if len(o.other_processes) > 1 else 0.0
         f["oom.held_elsewhere"] = 1.0 if held_elsewhere(o) is not None else 0.0
     f["fail.nccl_cuda_oom"] = 1.0 if FailureKind.NCCL_CUDA_OOM in kinds else 0.0

@@ -184,14 +184,18 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     (FailureKind.CONFIG_VALIDATION, ("compiled without GPU", "without GPU support", "No CUDA GPUs", "built in",
                                      "no NVIDIA driver", "not compatible with", "is not supported with",
                                      "cannot be used with", "is only supported", "must be divisible",
-                                     "should be divisible", "is not divisible", "is not equal to"),
+                                     "should be divisible", "is not divisible", "is not equal to",
+                                     "incompatible with"),
      # ("Distributed package doesn't have NCCL built in": the NCCL backend asked of a torch without it, e.g.
      # on Windows)
      re.compile(r"compiled without GPU support|without GPU support|No CUDA GPUs are available|"
                 r"Distributed package doesn't have \w+ built in|"
                 r"[Ff]ound no NVIDIA driver|is not compatible with|is not supported with|cannot be used with|"
                 r"is only supported (?:with|for|on)|must be divisible by|should be divisible by|"
-                r"is not divisible by|is not equal to micro_batch")),
+                r"is not divisible by|is not equal to micro_batch|"
+                # DeepSpeed's pipeline engine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+                # (not HF's warning "`use_cache=True` is incompatible with gradient checkpointing. Setting ...")
+                r"(?:is|are) incompatible with (?!gradient checkpointing)")),
     (FailureKind.PYTHON_EXCEPTION, ("illegal memory access", "device-side assert", "Segmentation fault",
                                     "CUBLAS_STATUS_EXECUTION_FAILED", "CUDNN_STATUS_EXECUTION_FAILED",
                                     "unspecified launch failure", "core dumped", "SIGSEGV", "illegal instruction",

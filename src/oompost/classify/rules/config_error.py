@@ -104,6 +104,13 @@ class ConfigError:
             fixes.append(Fix("code", "the DDP / optimizer options the assertion guards",
                              "drop one of the two options that both write main_grad (see the assertion's line)",
                              "two settings each accumulate the same gradient"))
+        elif "incompatible with pipeline parallelism" in msg:
+            title, sub = "ZeRO-2/3 was configured with pipeline parallelism", "settings_conflict"
+            fixes += [Fix("ds_config", "zero_optimization.stage", 1,
+                          "DeepSpeed's pipeline engine accepts ZeRO stage 0 or 1 only"),
+                      Fix("code", "pipeline parallel size", "1 (e.g. --pipeline-model-parallel-size 1 / --no-pipeline-"
+                          "parallel), to keep ZeRO-2/3",
+                          "or drop the pipeline: ZeRO-3 then shards the model states instead")]
         elif "Address already in use" in msg:
             title, sub = "The rendezvous port is already taken", "port_in_use"
             fixes.append(Fix("env", "MASTER_PORT", "a free port (e.g. 29501), or --master_port / --main_process_port",
