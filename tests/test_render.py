@@ -700,3 +700,16 @@ def test_the_jinja_environment_is_built_once():
     env = environment()
     assert environment() is env
     assert env.get_template("report.html.j2") is env.get_template("report.html.j2")
+
+
+def test_an_xla_compile_time_oom_names_its_figure_for_what_it_is():
+    # EnzymeAD/Enzyme-JAX#2422 (dev): "Used 215.17G of 31.25G hbm" is every buffer of the program, not one request
+    from pathlib import Path
+
+    import oompost
+    from oompost.render import oom_numbers
+
+    r = oompost.analyze([Path(__file__).parent / "corpus" / "EnzymeAD__Enzyme-JAX__2422" / "log.txt"])
+    labels = [k for k, _ in oom_numbers(r.oom)]
+    assert "the compiled program needs (all its buffers)" in labels and "tried to allocate" not in labels
+    assert "tried to allocate" in [k for k, _ in oom_numbers(fragmentation_report().oom)]

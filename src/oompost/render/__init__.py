@@ -139,6 +139,14 @@ def secondary_findings(report: "Report") -> list["Finding"]:
     return [f for f in report.findings if not f.primary]
 
 
+def request_label(oom: "OomSummary") -> str:
+    """What the message's request figure is: the failing allocation, or (XLA's compile-time OOM, "Used 215.17G
+    of 31.25G hbm") every buffer of the compiled program together."""
+    if oom.message_format == "xla" and "Ran out of memory in memory space" in (oom.ref.text if oom.ref else ""):
+        return "the compiled program needs (all its buffers)"
+    return "tried to allocate"
+
+
 def oom_numbers(oom: "OomSummary | None") -> list[tuple[str, str]]:
     """The OOM message's figures as (label, value) rows, known ones only."""
     if oom is None:
@@ -149,7 +157,7 @@ def oom_numbers(oom: "OomSummary | None") -> list[tuple[str, str]]:
         if v is not None:
             rows.append((label, fmt_bytes(v)))
 
-    add("tried to allocate", oom.requested_bytes)
+    add(request_label(oom), oom.requested_bytes)
     add("tensor requested (snapshot)", oom.requested_tensor_bytes)
     add("allocated by PyTorch", oom.allocated_bytes)
     add("reserved but unallocated", oom.reserved_unallocated_bytes)

@@ -18,7 +18,7 @@ import orjson
 from markupsafe import Markup
 
 from . import (asset_source, cause_title, env_lines, environment, gib, limit_label, not_fixes, oom_numbers,
-               ranked_fixes, secondary_findings, trainer_arg_words, whatif_caveat)
+               ranked_fixes, request_label, secondary_findings, trainer_arg_words, whatif_caveat)
 from .json_out import report_data
 from ..units import GiB, fmt_bytes
 
@@ -149,7 +149,7 @@ def oom_bar(oom: "OomSummary | None") -> OomBar | None:
     out.append(Markup("</svg>"))
     legend = [(p.key, p.label, gib(p.bytes)) for p in parts]
     if request:
-        legend.append(("req", "the request (tried to allocate)", gib(request)))
+        legend.append(("req", f"the request ({request_label(oom)})", gib(request)))
     if limit is not None:
         legend.append(("limit", label, gib(limit)))
     note = ""

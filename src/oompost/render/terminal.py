@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import cause_title, clip, fix_value, gib, limit_label, ranked_fixes
+from . import cause_title, clip, fix_value, gib, limit_label, ranked_fixes, request_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..remedies.ranking import RankedFix
@@ -30,7 +30,7 @@ def short_verdict(report: "Report") -> str:
         if o.rank is not None:
             parts.append(f"rank {o.rank}")
         if o.requested_bytes is not None:
-            parts.append(f"tried to allocate {gib(o.requested_bytes)}")
+            parts.append(f"{request_label(o)} {gib(o.requested_bytes)}")
         if o.reserved_unallocated_bytes:
             parts.append(f"{gib(o.reserved_unallocated_bytes)} reserved but unallocated")
         if o.limit_bytes:
