@@ -306,3 +306,19 @@ def test_a_free_figure_equal_to_the_request_as_printed_does_not_cover_it():
         return extract(build_context(parse_text(text)), ())["oom.free_covers_request"]
 
     assert covers("1.91 GiB") == 0.0 and covers("1.90 GiB") == 0.0 and covers("1.93 GiB") == 1.0
+
+
+def test_a_cuda_oom_in_a_non_blocking_copy_to_the_cpu_is_pinned_host_memory():
+    # tdrussell/diffusion-pipe#306 (dev): block swapping copies weights to the CPU with non_blocking=True; WSL2 caps
+    # the page-locked memory that needs, and CUDA reports it as "out of memory"
+    tail = ("  File \"/home/train/diffusion-pipe/utils/offloading.py\", line 272, in prepare_block_devices_before_forward\n"
+            "    weights_to_device(b, torch.device('cpu'))  # make sure weights are on cpu\n"
+            "  File \"/home/train/diffusion-pipe/utils/offloading.py\", line 119, in weights_to_device\n"
+            "    module.weight.data = module.weight.data.to(device, non_blocking=True)\n"
+            "RuntimeError: CUDA error: out of memory\n")
+    r = verdict("Traceback (most recent call last):\n" + tail)
+    assert r.cause == "host_oom" and r.findings[0].sub_cause == "pinned"
+    assert "non_blocking=False" in r.fixes[0].fix.key
+    # the same copy to the GPU is GPU memory
+    gpu = tail.replace("torch.device('cpu'))  # make sure weights are on cpu", "torch.device('cuda'))")
+    assert verdict("Traceback (most recent call last):\n" + gpu).cause != "host_oom"

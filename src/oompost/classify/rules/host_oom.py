@@ -19,12 +19,25 @@ not each materialise it, fewer DataLoader workers, a larger ``--shm-size``.
 
 from __future__ import annotations
 
+import re
+
 from ...analysis.context import Context
 from ...analysis.phase import Phase
 from ...model import FailureKind, OomKind
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b
 
+
+
+_TO_CPU = re.compile(r"""['"]cpu['"]|\.cpu\(|device\(\s*['"]cpu""")
+
+
+def _copy_to_pinned_host(frames) -> bool:
+    """A copy to the CPU with ``non_blocking=True`` (block swapping, offloading) allocates its destination in
+    pinned host memory: when that fails, CUDA says "out of memory" about the host (tdrussell/diffusion-pipe#306,
+    where WSL2 caps pinned memory).  Both must show in the frames: the non-blocking copy and a CPU target."""
+    codes = [fr.code or "" for fr in frames]
+    return any("non_blocking=True" in c for c in codes) and any(_TO_CPU.search(c) for c in codes)
 
 # what the failing host allocation was, in the words of the message that reported it
 _HOST_OOM_WORDS = {
@@ -51,7 +64,8 @@ class HostOom:
         shm = ctx.failures_of(FailureKind.SHM)
         host_ooms = [o for o in ev.ooms if o.kind is OomKind.HOST]
         pinned = [o for o in ev.ooms if o.kind is OomKind.CUDA_ERROR and
-                  (ctx.phase.phase is Phase.PIN_MEMORY or any("pin_memory" in fr.name for fr in o.stack.frames))]
+                  (ctx.phase.phase is Phase.PIN_MEMORY or any("pin_memory" in fr.name for fr in o.stack.frames)
+                   or _copy_to_pinned_host(o.stack.frames))]
         pinned += ctx.failures_of(FailureKind.PINNED_HOST)          # cudaHostAlloc / the caching host allocator
         signals: list[tuple[str, float]] = []
         refs = []
@@ -124,6 +138,10 @@ class HostOom:
                              "every Ray worker on the node (rollout, reference, reward, actor) holds its own host "
                              "memory; fewer per node, or nodes with more RAM, keep the node under the monitor's "
                              "threshold"))
+        if sub == "pinned" and any(_copy_to_pinned_host(o.stack.frames) for o in pinned if hasattr(o, "stack")):
+            fixes.append(Fix("code", "non_blocking=False on copies to the CPU, or fewer offloaded / swapped blocks",
+                             "", "each non-blocking copy to the CPU allocates page-locked host memory, which the OS "
+                             "(WSL2, a container's memlock limit) caps below the RAM"))
         if sub == "pinned" and not offload:
             fixes.append(Fix("code", "pin_memory=False (DataLoader), smaller pinned buffers", "",
                              "page-locked host memory comes out of RAM (and the locked-memory limit) and cannot be "
