@@ -880,3 +880,14 @@ def test_an_exabyte_request_is_kept_and_called_corrupt(tmp_path):
 def test_a_cpp_bad_alloc_is_host_memory(line):
     (o,) = parse_text("loading\n" + line + "\n  what():  std::bad_alloc\n").ooms
     assert o.kind is OomKind.HOST
+
+
+# marian-nmt/marian#270 (dev): an OOM line no parser reads, behind a timestamp; the report's exception was
+# "[2020-05-05 18" (the text before the first colon)
+@pytest.mark.parametrize("line,exc", [
+    ("[2020-05-05 18:48:50] Error: CUDA error 2 'out of memory' - device.cu:38: cudaMalloc(&data_, size)", ""),
+    ("12:01:02 MyLib.DeviceAllocError: out of memory on device 0 while building the index", "MyLib.DeviceAllocError"),
+])
+def test_an_unread_oom_line_names_no_timestamp_as_its_exception(line, exc):
+    (o,) = parse_text(line + "\n").ooms
+    assert o.exception == exc

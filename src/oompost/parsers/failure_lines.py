@@ -206,6 +206,16 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                 r"(?:loss|Loss) (?:is|became) (?:NaN|nan)|Detected (?:NaN|nan)")),
 )
 
+_EXC_NAME = re.compile(r"\b(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exhausted)\b")
+
+
+def _exception_name(text: str) -> str:
+    """The exception class an unread OOM line names ("torch.OutOfMemoryError: ..."), else "" -- never a
+    timestamp or a logger's prefix ("[2020-05-05 18:48:50] Error: CUDA error 2 'out of memory'")."""
+    m = _EXC_NAME.search(text)
+    return m.group(0)[:80] if m else ""
+
+
 # An OOM-ish message that no OOM parser could read (wrapped, abridged, other runtimes).
 _ANY_OOM = re.compile(r"out of memory|OutOfMemoryError|OOM when allocating|RESOURCE_EXHAUSTED|"
                       r"while trying to allocate \d+ bytes|enough GPU RAM|enough GPU memory|"
@@ -363,7 +373,7 @@ class FailureLineParser(SentinelParser):
             re.search(r"on host|host memory|pinned", text))
         self.out.ooms.append(OomEvent(OomKind.HOST if host else OomKind.OTHER, ref(self.path, ln),
                                       rank=line_rank(ln, self.rank_hint), message_format="unparsed",
-                                      exception=text.split(":", 1)[0].strip()[:80]))
+                                      exception=_exception_name(text)))
 
     def _rekind_generic_exceptions(self) -> None:
         """An exception line the exception parser could only call generic ("RuntimeError: Connection
