@@ -5,8 +5,10 @@ memory monitor, which kills a worker when the node's RAM passes a threshold) sen
 SIGKILL: the rank vanishes with exit code −9 / 137 and no Python traceback (an
 excerpt may show only DeepSpeed's launcher then "Killing subprocess" the others);
 a report may show only the host's memory (RAM, RSS) rising step after step.
-``DefaultCPUAllocator: can't allocate memory`` is the same on the torch side;
-a pinned-memory allocation can fail as ``CUDA error: out of memory``; an
+``DefaultCPUAllocator: can't allocate memory`` (or ``MemoryError``, a C++
+``std::bad_alloc``, numpy's ``Unable to allocate``) is the same in-process;
+a pinned-memory allocation (``pin_memory``, a ``non_blocking=True`` copy to the
+CPU) can fail as ``CUDA error: out of memory``; an
 exhausted ``/dev/shm`` kills DataLoader workers with a bus error.  ZeRO
 offload is the usual culprit: the fp32 master weights, Adam moments and
 gradients (~16 bytes/param) live in pinned host memory, on every node.
@@ -14,7 +16,9 @@ gradients (~16 bytes/param) live in pinned host memory, on every node.
 **Fix**  Give the job more RAM or less to hold: keep the optimizer (or the
 parameters) on the GPU if they fit there, offload to NVMe, lower
 ``sub_group_size`` (ZeRO-3), build the model under ``zero.Init`` so ranks do
-not each materialise it, fewer DataLoader workers, a larger ``--shm-size``.
+not each materialise it (outside DeepSpeed: ``low_cpu_mem_usage`` / ``mmap``
+loading), blocking copies to the CPU, fewer DataLoader workers, a larger
+``--shm-size``.
 """
 
 from __future__ import annotations
@@ -27,8 +31,6 @@ from ...model import FailureKind, OomKind
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b
 
-
-
 _TO_CPU = re.compile(r"""['"]cpu['"]|\.cpu\(|device\(\s*['"]cpu""")
 
 
@@ -38,6 +40,7 @@ def _copy_to_pinned_host(frames) -> bool:
     where WSL2 caps pinned memory).  Both must show in the frames: the non-blocking copy and a CPU target."""
     codes = [fr.code or "" for fr in frames]
     return any("non_blocking=True" in c for c in codes) and any(_TO_CPU.search(c) for c in codes)
+
 
 # what the failing host allocation was, in the words of the message that reported it
 _HOST_OOM_WORDS = {
@@ -52,6 +55,7 @@ LOAD_LEAN = Fix("code", "load without a full host copy",
                 "loading otherwise builds the whole model (or state dict) in host RAM before it moves, once per "
                 "process")
 
+
 class HostOom:
     code = "HOST001"
     cause = Cause.HOST_OOM
@@ -63,9 +67,10 @@ class HostOom:
         sigkills = ctx.failures_of(FailureKind.SIGKILL, FailureKind.KILLED)
         shm = ctx.failures_of(FailureKind.SHM)
         host_ooms = [o for o in ev.ooms if o.kind is OomKind.HOST]
-        pinned = [o for o in ev.ooms if o.kind is OomKind.CUDA_ERROR and
-                  (ctx.phase.phase is Phase.PIN_MEMORY or any("pin_memory" in fr.name for fr in o.stack.frames)
-                   or _copy_to_pinned_host(o.stack.frames))]
+        copies = [o for o in ev.ooms if o.kind is OomKind.CUDA_ERROR and _copy_to_pinned_host(o.stack.frames)]
+        pinned = [o for o in ev.ooms if o.kind is OomKind.CUDA_ERROR and o not in copies and
+                  (ctx.phase.phase is Phase.PIN_MEMORY or any("pin_memory" in fr.name for fr in o.stack.frames))]
+        pinned += copies
         pinned += ctx.failures_of(FailureKind.PINNED_HOST)          # cudaHostAlloc / the caching host allocator
         signals: list[tuple[str, float]] = []
         refs = []
@@ -138,7 +143,7 @@ class HostOom:
                              "every Ray worker on the node (rollout, reference, reward, actor) holds its own host "
                              "memory; fewer per node, or nodes with more RAM, keep the node under the monitor's "
                              "threshold"))
-        if sub == "pinned" and any(_copy_to_pinned_host(o.stack.frames) for o in pinned if hasattr(o, "stack")):
+        if copies:
             fixes.append(Fix("code", "non_blocking=False on copies to the CPU, or fewer offloaded / swapped blocks",
                              "", "each non-blocking copy to the CPU allocates page-locked host memory, which the OS "
                              "(WSL2, a container's memlock limit) caps below the RAM"))
