@@ -172,5 +172,6 @@ class HostOom:
                                "the GPU did not run out; the host did"),
                        NotAFix("torch.cuda.empty_cache()", "it frees GPU cache, not host RAM")),
             signals=tuple(signals), numbers=tuple(numbers),
-            detail="The failing rank was killed for host memory, not GPU memory: " + "; ".join(s for s, _ in signals)
+            detail=("The failing rank was killed for host memory, not GPU memory: " if kills or sigkills or silent
+                    else "The failing rank ran out of host memory, not GPU memory: ") + "; ".join(s for s, _ in signals)
                    + ".", sub_cause=sub)]
