@@ -239,7 +239,8 @@ def _oom(ctx: Context) -> OomSummary | None:
         free_bytes=o.free_bytes, allocated_bytes=o.allocated_bytes,
         reserved_unallocated_bytes=o.reserved_unallocated_bytes, process_in_use_bytes=o.process_in_use_bytes,
         kind=o.kind.value, limit_source=ctx.limit_source, message_format=o.message_format, exception=o.exception,
-        ref=o.ref, phase=ctx.phase.phase.value, location=ctx.location, other_processes_bytes=others)
+        ref=o.ref, phase=ctx.phase.phase.value, location=ctx.location, other_processes_bytes=others,
+        request_scope=o.request_scope)
 
 
 def _counterfactuals(ctx: Context) -> tuple[CounterfactualView, ...]:

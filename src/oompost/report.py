@@ -50,6 +50,7 @@ class OomSummary:
     phase: str = ""                       # where the failing allocation sits
     location: str = ""                    # innermost user frame, "file.py:123 in fn"
     other_processes_bytes: int | None = None
+    request_scope: str = ""               # "program": requested_bytes is a compiled program's total (XLA)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,7 +61,7 @@ class OomSummary:
             "process_in_use_bytes": self.process_in_use_bytes,
             "kind": self.kind, "limit_source": self.limit_source, "message_format": self.message_format,
             "exception": self.exception, "phase": self.phase, "location": self.location,
-            "other_processes_bytes": self.other_processes_bytes,
+            "other_processes_bytes": self.other_processes_bytes, "request_scope": self.request_scope,
             "source": self.ref.to_json() if self.ref else None,
         }
 

@@ -64,6 +64,17 @@ def fmt_bytes(n: int | float | None, precision: int = 2) -> str:
     raise AssertionError("unreachable")
 
 
+def printed_rounding(n: int | float, precision: int = 2) -> float:
+    """Half of the last digit ``fmt_bytes`` (torch's format) prints for ``n``, in bytes: 0.005 GiB for "1.91 GiB".
+    Two figures of a message closer than their roundings are equal as far as the message can say."""
+    if n < KiB:
+        return 0.5
+    for size in (KiB, MiB, GiB):
+        if n < size * 1024 or size == GiB:
+            return 0.5 * 10**-precision * size
+    raise AssertionError("unreachable")
+
+
 def gib(n: int | float | None) -> str:
     return "n/a" if n is None else f"{n / GiB:.2f} GiB"
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..analysis.phase import Phase
 from ..model import FailureKind, OomKind
+from ..units import printed_rounding
 from ..analysis.shared_card import held_elsewhere
 from .base import Cause, Finding, Severity
 from .rules.impossible_request import IMPOSSIBLE_BYTES
@@ -55,15 +56,6 @@ FEATURES = (
     "cue.progress_before_oom", "cue.loading_before_oom", "steps.some", "steps.growing", "snapshot",
     "ds_config",
 )
-
-
-def _rounding(v: int) -> float:
-    """Half of the last printed digit of ``v`` as torch formats it ("1.91 GiB": 0.005 GiB)."""
-    unit = 1
-    for u in (2**10, 2**20, 2**30, 2**40):
-        if v >= u:
-            unit = u
-    return 0.005 * unit
 
 
 def _frac(a: int | None, b: int | None) -> float:
@@ -119,8 +111,8 @@ def extract(ctx: "Context", findings: tuple[Finding, ...] | list[Finding]) -> di
         if o.free_bytes is not None and req and o.allowed_bytes is None:
             # the message rounds both to 0.01 of their units (±5 MiB in GiB): a free figure equal to the request
             # as printed is the allocation that failed, not room for it
-            f["oom.free_covers_request"] = 1.0 if o.free_bytes - req > _rounding(o.free_bytes) + _rounding(req) \
-                else 0.0
+            f["oom.free_covers_request"] = 1.0 if o.free_bytes - req > printed_rounding(o.free_bytes) + \
+                printed_rounding(req) else 0.0
         f["oom.other_processes"] = 1.0 if len(o.other_processes) > 1 else 0.0
         f["oom.held_elsewhere"] = 1.0 if held_elsewhere(o) is not None else 0.0
     f["fail.nccl_cuda_oom"] = 1.0 if FailureKind.NCCL_CUDA_OOM in kinds else 0.0

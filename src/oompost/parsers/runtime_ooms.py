@@ -212,7 +212,7 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
     if "Ran out of memory in memory space" in text and (m := XLA_COMPILE_OOM.search(text)):
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=_xla_size(m.group("used")),
                         capacity_bytes=_xla_size(m.group("cap")), exception=exc or "XlaRuntimeError",
-                        message_format="xla", stack=stack, truncated=True)
+                        message_format="xla", request_scope="program", stack=stack, truncated=True)
     if ("RESOURCE_EXHAUSTED" in text or "Resource exhausted" in text) and (m := XLA_OOM.search(text)):
         req = int(m.group("req") or m.group("req3") or 0) or _xla_size(m.group("req2"))
         dev = int(m.group("dev")) if m.group("dev") else None

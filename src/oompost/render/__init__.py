@@ -142,7 +142,7 @@ def secondary_findings(report: "Report") -> list["Finding"]:
 def request_label(oom: "OomSummary") -> str:
     """What the message's request figure is: the failing allocation, or (XLA's compile-time OOM, "Used 215.17G
     of 31.25G hbm") every buffer of the compiled program together."""
-    if oom.message_format == "xla" and "Ran out of memory in memory space" in (oom.ref.text if oom.ref else ""):
+    if oom.request_scope == "program":
         return "the compiled program needs (all its buffers)"
     return "tried to allocate"
 

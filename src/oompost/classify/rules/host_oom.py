@@ -51,7 +51,7 @@ _HOST_OOM_WORDS = {
 }
 
 LOAD_LEAN = Fix("code", "load without a full host copy",
-                "from_pretrained(..., low_cpu_mem_usage=True, device_map=...) / torch.load(..., mmap=True)",
+                "from_pretrained(..., low_cpu_mem_usage=True, device_map=...); mmap=True when loading a state dict",
                 "loading otherwise builds the whole model (or state dict) in host RAM before it moves, once per "
                 "process")
 
