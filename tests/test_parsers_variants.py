@@ -554,6 +554,20 @@ def test_rays_memory_threshold_kill_is_a_host_oom():
     assert oompost.analyze([str(path)]).cause == "host_oom"
 
 
+# PV-Lab/FTCP#8 (dev): Google Colab's notice that it restarted a runtime whose RAM ran out is the whole log
+def test_colabs_session_crashed_notice_is_a_host_oom_kill_by_the_notebook():
+    import oompost
+
+    path = CORPUS / "PV-Lab__FTCP__8" / "log.txt"
+    (f,) = [f for f in parse_text(path.read_text()).failures if f.kind is FailureKind.HOST_OOM_KILL]
+    assert f.killer == "notebook"
+    r = oompost.analyze([str(path)])
+    assert r.cause == "host_oom"
+    assert "notebook service restarted" in r.findings[0].detail
+    # a sentence about RAM that is no such notice stays out
+    assert FailureKind.HOST_OOM_KILL not in kinds("we used all available RAM for the cache\n")
+
+
 # deepspeedai/DeepSpeedExamples#86 (ZeRO-2's "already been reduced" is a RuntimeError) and
 # tatsu-lab/alpaca_farm#63 (FSDP refusing quantized integer weights), both dev: settings that do not go together
 @pytest.mark.parametrize("case", ["deepspeedai__DeepSpeedExamples__86", "tatsu-lab__alpaca_farm__63"])

@@ -177,7 +177,7 @@ class Failure:
     last_error: str | None = None             # PyTorch's "Last error:" text (NCCL's last WARN)
     last_error_ref: SourceRef | None = None   # the line it was read from (often the line that names the cause)
     peer: str | None = None                   # "Connection closed by remote peer X": points at the dead rank's host
-    killer: str | None = None                 # HOST_OOM_KILL: "ray" when Ray's memory monitor killed (else the kernel)
+    killer: str | None = None                 # HOST_OOM_KILL: "ray" (Ray's memory monitor), "notebook" (Colab), else the kernel
     config: ConfigIssue | None = None         # CONFIG_VALIDATION: the key / values the message names
 
 

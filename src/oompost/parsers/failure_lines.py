@@ -19,6 +19,9 @@ from ..sources import LogLine
 from .base import SentinelParser, memo_by_text, line_rank, ref
 from .nccl import KIND_BY_RESULT, result_from_desc
 
+# Google Colab's notice when it restarts a runtime whose RAM ran out
+_NOTEBOOK_RESTART = re.compile(r"session crashed after using all available RAM")
+
 # Ray's memory monitor kills a worker when the node's RAM passes its threshold, before the kernel would
 _RAY_MONITOR = re.compile(r"killed due to the node running low on memory|killed due to memory pressure \(OOM\)|"
                           r"RayOutOfMemoryError: More than \d+% of the memory|"
@@ -60,10 +63,11 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                                  "OOMKilled", "memory cgroup", "running low on memory", "memory pressure (OOM)",
                                  "RayOutOfMemoryError", "ray-oom-prevention", "K8s pod memory",
                                  "low on resource: memory",
-                                 "memory usage threshold"),
-     # (the kubelet evicting a pod: "The node was low on resource: memory.")
+                                 "memory usage threshold", "all available RAM"),
+     # (the kubelet evicting a pod: "The node was low on resource: memory."; Google Colab restarting the
+     # runtime: "Your session crashed after using all available RAM.")
      re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_kill|OOM[ -]?[Kk]iller|OOMKilled|"
-                r"node was low on resource: memory|"
+                r"node was low on resource: memory|" + _NOTEBOOK_RESTART.pattern + "|"
                 r"Memory cgroup out of memory|killed as a result of limit|"
                 # Ray's memory monitor, which kills a worker before the kernel would
                 + _RAY_MONITOR.pattern)),
@@ -335,7 +339,7 @@ class FailureLineParser(SentinelParser):
             if per_kind.get(kind, 0) >= 5:
                 continue
             per_kind[kind] = per_kind.get(kind, 0) + 1
-            killer = "ray" if kind is FailureKind.HOST_OOM_KILL and _RAY_MONITOR.search(ln.text) else None
+            killer = _killer(ln.text) if kind is FailureKind.HOST_OOM_KILL else None
             warn = self._warn_before(ln) if _family(kind) == "nccl" else None
             config = _vllm_check(ln.text) if kind is FailureKind.CONFIG_VALIDATION else None
             self.out.failures.append(Failure(
@@ -390,3 +394,11 @@ class FailureLineParser(SentinelParser):
                         if kind is FailureKind.CONFIG_VALIDATION else f.config
                     self.out.failures[i] = dataclasses.replace(f, kind=kind, config=config)
                     have.add((_family(kind), f.rank))
+
+
+def _killer(text: str) -> str | None:
+    """Who killed a process for host memory, when the line says: Ray's memory monitor ("ray") or a notebook
+    service restarting its runtime ("notebook"); None for the kernel / cgroup OOM killer."""
+    if _RAY_MONITOR.search(text):
+        return "ray"
+    return "notebook" if _NOTEBOOK_RESTART.search(text) else None

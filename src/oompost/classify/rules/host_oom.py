@@ -79,6 +79,9 @@ class HostOom:
         if ray:
             signals.append(("Ray's memory monitor killed a worker: the node's RAM passed its threshold", 0.8))
             refs += [f.ref for f in ray[:3]]
+        elif notebook := [f for f in kills if f.killer == "notebook"]:
+            signals.append(("the notebook service restarted its runtime after it used all available RAM", 0.8))
+            refs += [f.ref for f in notebook[:3]]
         elif kills:
             signals.append(("the kernel / cgroup OOM killer killed a rank", 0.8))
             refs += [f.ref for f in kills[:3]]
