@@ -563,7 +563,8 @@ def test_colabs_session_crashed_notice_is_a_host_oom_kill_by_the_notebook():
     assert f.killer == "notebook"
     r = oompost.analyze([str(path)])
     assert r.cause == "host_oom"
-    assert "notebook service restarted" in r.findings[0].detail
+    assert "notebook service restarted" in r.findings[0].detail and "rank" not in r.findings[0].detail
+    assert "high-RAM runtime" in r.findings[0].fixes[0].key
     # a sentence about RAM that is no such notice stays out
     assert FailureKind.HOST_OOM_KILL not in kinds("we used all available RAM for the cache\n")
 

@@ -2,7 +2,8 @@
 
 **Cause**  The Linux OOM killer (or a container/Slurm cgroup limit, or Ray's
 memory monitor, which kills a worker when the node's RAM passes a threshold) sends
-SIGKILL: the rank vanishes with exit code −9 / 137 and no Python traceback (an
+SIGKILL (Google Colab restarts the runtime: "Your session crashed after using all
+available RAM"): the rank vanishes with exit code −9 / 137 and no Python traceback (an
 excerpt may show only DeepSpeed's launcher then "Killing subprocess" the others);
 a report may show only the host's memory (RAM, RSS) rising step after step.
 ``DefaultCPUAllocator: can't allocate memory`` (or ``MemoryError``, a C++
@@ -18,7 +19,7 @@ parameters) on the GPU if they fit there, offload to NVMe, lower
 ``sub_group_size`` (ZeRO-3), build the model under ``zero.Init`` so ranks do
 not each materialise it (outside DeepSpeed: ``low_cpu_mem_usage`` / ``mmap``
 loading), blocking copies to the CPU, fewer DataLoader workers, a larger
-``--shm-size``.
+``--shm-size``; in a notebook, a high-RAM runtime or less held by the cells.
 """
 
 from __future__ import annotations
@@ -76,10 +77,11 @@ class HostOom:
         refs = []
         sub = None
         ray = [f for f in kills if f.killer == "ray"]
+        notebook = [f for f in kills if f.killer == "notebook"]
         if ray:
             signals.append(("Ray's memory monitor killed a worker: the node's RAM passed its threshold", 0.8))
             refs += [f.ref for f in ray[:3]]
-        elif notebook := [f for f in kills if f.killer == "notebook"]:
+        elif notebook:
             signals.append(("the notebook service restarted its runtime after it used all available RAM", 0.8))
             refs += [f.ref for f in notebook[:3]]
         elif kills:
@@ -146,6 +148,11 @@ class HostOom:
                              "every Ray worker on the node (rollout, reference, reward, actor) holds its own host "
                              "memory; fewer per node, or nodes with more RAM, keep the node under the monitor's "
                              "threshold"))
+        if notebook:
+            fixes.append(Fix("code", "a high-RAM runtime, or less held in the notebook", "",
+                             "the notebook's process holds every array and model the cells created; load data "
+                             "lazily (a Dataset reading from disk, memory-mapped arrays), del what is no longer "
+                             "needed, or pick a runtime with more RAM"))
         if copies:
             fixes.append(Fix("code", "non_blocking=False on copies to the CPU, or fewer offloaded / swapped blocks",
                              "", "each non-blocking copy to the CPU allocates page-locked host memory, which the OS "
@@ -175,6 +182,7 @@ class HostOom:
                                "the GPU did not run out; the host did"),
                        NotAFix("torch.cuda.empty_cache()", "it frees GPU cache, not host RAM")),
             signals=tuple(signals), numbers=tuple(numbers),
-            detail=("The failing rank was killed for host memory, not GPU memory: " if kills or sigkills or silent
+            detail=("The notebook's runtime was killed for host memory, not GPU memory: " if notebook and not sigkills
+                    else "The failing rank was killed for host memory, not GPU memory: " if kills or sigkills or silent
                     else "The failing rank ran out of host memory, not GPU memory: ") + "; ".join(s for s, _ in signals)
                    + ".", sub_cause=sub)]
