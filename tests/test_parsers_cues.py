@@ -95,3 +95,36 @@ def test_a_memory_line_keyed_current_is_a_reading():
     ev = parse_paths([str(Path(__file__).parent / "corpus" / "tensorflow__tensorflow__73457" / "log.txt")])
     grew = [f for f in ev.facts if f.name == "cue.memory_growing_range"]
     assert grew and grew[0].value == (0.18, 0.35)
+
+
+# A finished training iteration: a tqdm bar of the training loop past 0, or a logged training loss; never a
+# shard-loading, dataset-map, download or evaluation bar (their counts say nothing about a training step).
+@pytest.mark.parametrize("line,done", [
+    ("Training:   0%|          | 0/8 [00:00<?, ?it/s]Training:  12%|█▎        | 1/8 [00:04<00:28,  4.06s/it]", 1),
+    (" 45%|████▌     | 450/1000 [10:00<12:00,  1.31s/it]", 450),
+    ("{'loss': 2.3104, 'learning_rate': 1e-05, 'epoch': 0.1}", 1),
+    ("Training:   0%|          | 0/8 [00:00<?, ?it/s]", 0),
+    ("Loading checkpoint shards: 100%|██████████| 2/2 [00:03<00:00,  1.50s/it]", 0),
+    ("Map: 100%|██████████| 1000/1000 [00:00<00:00, 5000.00 examples/s]", 0),
+    ("Evaluating:  30%|███       | 3/10 [00:01<00:02,  3.10it/s]", 0),
+    ("{'eval_loss': 2.31, 'eval_runtime': 10.2}", 0),
+])
+def test_iterations_done_counts_only_training_iterations(line: str, done: int) -> None:
+    from oompost.parsers.cues import iterations_done
+
+    assert iterations_done(line) == done
+
+
+# sample_logs/activation_spike_qwen2.5_1.5b_bf16_ckpt_long_doc_tutorial_4090_24g (a held-out capture that drove
+# this): the memory model priced bf16 weights with AdamW at 16 bytes a parameter, above the cap, although the
+# bar shows four finished iterations; CAP001 must not say "cannot fit at any batch size" from that estimate
+def test_a_states_estimate_contradicted_by_finished_iterations_is_not_used() -> None:
+    import oompost
+
+    log = ROOT / "sample_logs" / "activation_spike_qwen2.5_1.5b_bf16_ckpt_long_doc_tutorial_4090_24g" / "run.log"
+    ev = parse_text(log.read_text())
+    f = ev.fact("cue.iterations_done")
+    assert f is not None and f.value >= 1 and f.ref.line < ev.ooms[0].ref.line
+    r = oompost.analyze([str(log)])
+    assert r.cause == "activation_spike"
+    assert not any(x.code == "CAP001" and "any batch size" in x.title for x in r.findings)

@@ -272,6 +272,14 @@ def make_train_setup(setup: RunSetup, **overrides: Any) -> TrainSetup:
     return TrainSetup(**base)
 
 
+def iterations_before_oom(ev: Evidence, oom: OomEvent | None) -> Fact | None:
+    """The log line showing a finished training iteration before the OOM, in the OOM's own file (None: none)."""
+    f = ev.fact("cue.iterations_done")
+    if f is None or oom is None or f.ref.source != oom.ref.source or f.ref.line is None or oom.ref.line is None:
+        return None
+    return f if f.ref.line < oom.ref.line else None
+
+
 def build_context(ev: Evidence) -> Context:
     from .snapshot_metrics import oom_metrics
 
@@ -346,6 +354,15 @@ def build_context(ev: Evidence) -> Context:
             est_min = estimate(spec, make_train_setup(setup, micro_batch=1, grad_ckpt=True), device_bytes=limit)
         except (TypeError, ValueError) as e:
             notes.append(f"memory model unavailable: {e}")
+    ran = iterations_before_oom(ev, oom)
+    if est is not None and limit and est.model_states_bytes > 1.03 * limit and (len(steps) >= 2 or ran is not None):
+        # every weight, gradient and optimizer state was on the GPU at once when an iteration finished, under this
+        # limit: states priced above it mean the memory model assumed a dtype or optimizer the run does not use
+        where = f"log line {ran.ref.line}" if ran is not None else "the step series"
+        notes.append(f"memory model set aside: it prices the model states at {est.model_states_bytes / 2**30:.2f} "
+                     f"GiB, above the {limit / 2**30:.2f} GiB limit, but training iterations finished under that "
+                     f"limit before the OOM ({where})")
+        est = est_min = None
     kept = None
     if snap is not None and any(snap.traces):
         try:

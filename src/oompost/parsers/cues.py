@@ -164,6 +164,32 @@ def progress_of(text: str) -> tuple[int, int]:
     return steps, epochs
 
 
+# An iteration a training loop finished: a tqdm bar counting iterations ("Training:  50%|#####| 4/8 [00:07<00:07,
+# 1.8s/it]") whose description is not a loading, download, preprocessing or evaluation bar, or a logged loss
+# (the HF Trainer's "{'loss': 2.31, ...}" is printed after optimizer steps).  Stricter than _PROGRESS: a
+# shard-loading bar's "2/2 [" or a dataset map's "1000/1000 [" says nothing about training.
+_ITER_BAR = re.compile(r"(?P<n>\d+)/\d+ \[[^\]]*?(?:it/s|s/it)\]")
+_NOT_TRAINING = re.compile(r"[Ll]oad|[Ss]hard|[Dd]ownload|[Ff]etch|\bMap\b|[Tt]okeni[sz]|[Pp]rocess|[Ee]val|[Vv]alid|"
+                           r"[Pp]redict|[Tt]est|[Gg]enerat|[Ii]nfer|[Cc]onvert|[Qq]uanti[sz]|[Cc]alibrat|[Ss]av")
+_LOGGED_LOSS = re.compile(r"['\"](?:train_)?loss['\"]:\s*(?:tensor\()?\d")
+
+
+@memo_by_text
+def iterations_done(text: str) -> int:
+    """How many training iterations a line says have finished (0: none, or not a training line)."""
+    done = 0
+    start = 0
+    for m in _ITER_BAR.finditer(text):
+        desc = text[start:m.start()]
+        desc = desc[max(desc.rfind("\r"), desc.rfind("]")) + 1:]
+        if not _NOT_TRAINING.search(desc):
+            done = max(done, int(m.group("n")))
+        start = m.end()
+    if not done and _LOGGED_LOSS.search(text) and not _NOT_TRAINING.search(text.split("loss", 1)[0]):
+        done = 1
+    return done
+
+
 def growing(values: list[float]) -> bool:
     """At least three readings, mostly non-decreasing, ending ≥ 10 % above where they started."""
     if len(values) < 3 or values[0] <= 0:
@@ -254,6 +280,7 @@ class CueParser(SentinelParser):
         self._bare_lines = 0
         self._model: tuple[int, LogLine] | None = None
         self._progress: tuple[int, int, LogLine | None] = (0, 0, None)
+        self._iterations: LogLine | None = None       # the first line showing a finished training iteration
         self._pending = dict.fromkeys(CUES)
         self._shape_cues: dict[bytes, tuple[str, ...]] = {}
         self._lines = 0
@@ -331,6 +358,8 @@ class CueParser(SentinelParser):
                 vals.append(fig[1])
                 self._series_ln.setdefault(key, ln)
                 self._series_last[key] = ln
+        if self._iterations is None and ("it]" in text or "loss" in text) and iterations_done(text):
+            self._iterations = ln
         p_steps, p_epochs, _ = self._progress
         if (p_steps < 50 and p_epochs < 2 and ("/" in text or "poch" in text or "tep" in text or "ter" in text)
                 and has_digit(text)):
@@ -403,6 +432,9 @@ class CueParser(SentinelParser):
             self.out.fact(f"cue.{name}", n, ref(self.path, self._first[name]))
         if self._model is not None:
             self.out.fact("model.params_from_name", self._model[0], ref(self.path, self._model[1]))
+        if self._iterations is not None:
+            self.out.fact("cue.iterations_done", iterations_done(self._iterations.text),
+                          ref(self.path, self._iterations))
         steps, epochs, pln = self._progress
         if pln is not None and (steps >= 50 or epochs >= 2):
             self.out.fact("cue.long_run", max(steps, epochs), ref(self.path, pln))

@@ -8,7 +8,10 @@ activations of the smallest batch (micro-batch 1, the configured sequence
 length, full recompute) exceed what the process may use.  A small request
 failing next to some "reserved but unallocated" memory is still capacity when
 what remains to be allocated — the rest of the optimizer state — cannot fit
-either.  PyTorch's ``expandable_segments`` hint does not apply.  With a
+either.  PyTorch's ``expandable_segments`` hint does not apply.  Training
+iterations finished before the OOM (a step series, a tqdm bar of the training
+loop, a logged loss) say the states fitted; a memory model pricing them above
+the limit is then set aside (``analysis/context.py``).  With a
 snapshot and no memory model, the live blocks stand in for it
 (``analysis/snapshot_states.py``): weights, a gradient of each, optimizer state.
 
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...analysis.context import Context
+from ...analysis.context import Context, iterations_before_oom
 from ...analysis.phase import Phase
 from ...analysis.steps import noun
 from ...analysis.whatif import WhatIf, fits, what_if
@@ -52,6 +55,7 @@ class Capacity:
         completed = len(ctx.steps) > 0
         startup_phase = ctx.phase.phase in _STARTUP
         e = ctx.estimate_min if L else None
+        ran = iterations_before_oom(ctx.evidence, o)
         if e is not None:
             need = e.predicted_peak_bytes
             states = e.model_states_bytes
@@ -92,6 +96,9 @@ class Capacity:
         if completed:
             signals.append((f"{len(ctx.steps)} {noun(ctx.steps)}(s) of a running loop before it, so the model states "
                             "did fit", -0.4))
+        elif ran is not None:
+            signals.append(("training iterations finished before it (log line "
+                            f"{ran.ref.line}), so the model states did fit", -0.4))
         if ctx.phase.phase is Phase.MODEL_TO_DEVICE and ctx.setup.get("zero_stage") != 3:
             n = ctx.setup.get("model_params")
             if n and L and int(n) * 2 > L:
