@@ -128,3 +128,15 @@ def test_a_states_estimate_contradicted_by_finished_iterations_is_not_used() -> 
     r = oompost.analyze([str(log)])
     assert r.cause == "activation_spike"
     assert not any(x.code == "CAP001" and "any batch size" in x.title for x in r.findings)
+
+
+# through the parser, not just the helper: a fast loop's bar says "it/s]" (no "it]"), and an HF Trainer log dict
+def test_the_cue_parser_records_finished_iterations_from_fast_bars_and_logged_losses() -> None:
+    fast = ("Loading checkpoint shards: 100%|██████████| 2/2 [00:03<00:00,  1.50s/it]\n"
+            "Training:   3%|▎         | 3/100 [00:01<00:30,  3.20it/s]\n")
+    f = parse_text(fast).fact("cue.iterations_done")
+    assert f is not None and f.value == 3 and f.ref.line == 2
+    logged = "{'loss': 2.3104, 'learning_rate': 1e-05, 'epoch': 0.1}\n"
+    assert parse_text(logged).fact("cue.iterations_done") is not None
+    assert parse_text("Loading checkpoint shards: 100%|██| 2/2 [00:03<00:00,  1.50s/it]\n").fact(
+        "cue.iterations_done") is None

@@ -358,7 +358,8 @@ class CueParser(SentinelParser):
                 vals.append(fig[1])
                 self._series_ln.setdefault(key, ln)
                 self._series_last[key] = ln
-        if self._iterations is None and ("it]" in text or "loss" in text) and iterations_done(text):
+        if self._iterations is None and ("it/s]" in text or "s/it]" in text or "loss" in text) and \
+                iterations_done(text):
             self._iterations = ln
         p_steps, p_epochs, _ = self._progress
         if (p_steps < 50 and p_epochs < 2 and ("/" in text or "poch" in text or "tep" in text or "ter" in text)
@@ -393,7 +394,10 @@ class CueParser(SentinelParser):
         if ((self._model is not None or self._lines > self.MODEL_NAME_LINES)
                 and self._readings >= self.SERIES_READINGS and (p_steps >= 50 or p_epochs >= 2)):
             self._narrowed = True
-            self.narrow(tuple(sorted({s for name in self._pending for s in CUES[name][0]})))
+            keep = {s for name in self._pending for s in CUES[name][0]}
+            if self._iterations is None:            # a finished training iteration may still come
+                keep |= {"it/s]", "s/it]", "'loss':", "\"loss\":", "train_loss"}
+            self.narrow(tuple(sorted(keep)))
 
     def _memory_summary(self, text: str, ln: LogLine) -> None:
         from ..units import parse_size_or_none
