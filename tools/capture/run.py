@@ -35,7 +35,8 @@ sys.path.insert(0, HERE)
 from scenarios import Run, Scenario, matrix, scenarios  # noqa: E402
 
 GiB = 1024**3
-GPU_BUDGET_GIB = 132.0
+GPU_BUDGET_GIB = 132.0          # an H200 (139 GiB) less room for the CUDA contexts; main() sizes it to the card
+GPU_RESERVE_GIB = 7.0
 HOST_BUDGET_GIB = 100.0
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
             "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
@@ -69,17 +70,25 @@ def environment() -> dict[str, Any]:
     return info
 
 
+def card_budget_gib(env_info: dict[str, Any]) -> float:
+    """The memory that concurrent runs may declare on this card: its size less room for the CUDA contexts.
+    (The twentieth held-out set packed runs by an H200's 139 GiB on an 80 GB H100 and filled the real card.)"""
+    total = env_info.get("gpu_total_bytes")
+    return max(1.0, total / GiB - GPU_RESERVE_GIB) if total else GPU_BUDGET_GIB
+
+
 class Budget:
     """GPU/host memory accounting so parallel jobs never exceed the card."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpu_budget_gib: float = GPU_BUDGET_GIB) -> None:
         self.cv = threading.Condition()
-        self.gpu = GPU_BUDGET_GIB
+        self.cap = gpu_budget_gib
+        self.gpu = gpu_budget_gib
         self.host = HOST_BUDGET_GIB
         self.running = 0
 
     def acquire(self, run: Run, deadline: float) -> bool:
-        need_gpu = GPU_BUDGET_GIB if run.exclusive else min(run.gpu_gib, GPU_BUDGET_GIB)
+        need_gpu = self.cap if run.exclusive else min(run.gpu_gib, self.cap)
         with self.cv:
             while not (self.gpu >= need_gpu and self.host >= min(run.host_gib, HOST_BUDGET_GIB)):
                 if time.time() + 20 > deadline:
@@ -92,7 +101,7 @@ class Budget:
 
     def release(self, run: Run) -> None:
         with self.cv:
-            self.gpu += GPU_BUDGET_GIB if run.exclusive else min(run.gpu_gib, GPU_BUDGET_GIB)
+            self.gpu += self.cap if run.exclusive else min(run.gpu_gib, self.cap)
             self.host += min(run.host_gib, HOST_BUDGET_GIB)
             self.running -= 1
             self.cv.notify_all()
@@ -370,7 +379,8 @@ def main() -> int:
     env_info = environment()
     write_json(os.path.join(work, "environment.json"), env_info)
     print(json.dumps(env_info), flush=True)
-    budget = Budget()
+    budget = Budget(card_budget_gib(env_info))
+    print(f"GPU budget for concurrent runs: {budget.cap:.1f} GiB", flush=True)
     only = {x for x in args.only.split(",") if x} or None
     threads = []
     if args.scenarios:

@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1566,4 +1566,67 @@ def twentieth_set() -> list[Scenario]:
         Run("python", "tutorial_loop.py", f, gpu_gib=40, host_gib=8, max_entries=100000, timeout=200),
         priority=202, fragmentation_search=True,
         search_variants=[f, f + ["--seed", "7"], f[:3] + ["12"] + f[4:]]))
+    return s
+
+
+def twenty_first_set() -> list[Scenario]:
+    """The twenty-first set (2026-12-05, thirteenth session): a LoRA fine-tune of a 7B model in bf16 on a 16 GB
+    card through the HF Trainer, without gradient checkpointing (the weights take 86% of the card); a real leak
+    from retain_graph=True with a running loss kept as a tensor (the twentieth set's running loss alone freed its
+    saved tensors); a fragmentation search on a bf16 GQA model with checkpointing on.  Defined before it ran and
+    scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- activation_spike, LoRA 7B, 16 GB
+    m = ["--model", "mistral-7b", "--model_dtype", "bfloat16", "--init_device", "cuda", "--lora_r", "16",
+         "--emulate_card", "a4000", "--max_seq_length", "1024", "--per_device_train_batch_size", "1",
+         "--output_dir", "{job}/hf_out", "--max_steps", "6", "--optim", "adamw_torch", "--log_level", "info"] + _HF
+    s.append(Scenario(
+        "activation_spike_mistral7b_lora_bf16_hf_trainer_a4000_16g",
+        "HF Trainer LoRA fine-tune (r=16 on q/k/v/o) of a Mistral-7B-shaped model (GQA, bf16 weights) on a 16 GB "
+        "RTX A4000 at 1 x 1,024 tokens without gradient checkpointing: the frozen bf16 weights (13.5 GiB) fit, "
+        "the first step's forward activations do not. With --gradient_checkpointing the same run completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states (7.2B x 2 bytes of frozen weights + LoRA adapters) fit under 15.72 GiB; the "
+                "activations of 32 layers at 1,024 tokens do not; gradient checkpointing completes the run under "
+                "the same cap"},
+        Run("python", "hf_trainer.py", m, gpu_gib=16.5, host_gib=12, timeout=300, max_entries=30000),
+        counterfactuals=[("--gradient_checkpointing (same cap)",
+                          Run("python", "hf_trainer.py", m + ["--gradient_checkpointing"], gpu_gib=16.5,
+                              host_gib=12, capture=False, timeout=300))],
+        priority=210))
+
+    # ---------------------------------------------------------------- leak, retain_graph=True + running loss
+    k = ["--model", "pythia-410m", "--emulate_card", "t4", "--batch_size", "2", "--max_len", "256",
+         "--steps", "40", "--log_memory", "1", "--retain_graph"]
+    s.append(Scenario(
+        "leak_pythia410m_retain_graph_running_loss_tutorial_t4_16g",
+        "Fine-tune of a Pythia-410m-shaped GPT-NeoX model (fp32 weights, bf16 autocast, AdamW) on a 16 GB T4 at "
+        "2 x 256 tokens whose loop calls loss.backward(retain_graph=True) and sums its running loss as a tensor "
+        "(total_loss += loss): every step's graph and saved activations stay alive until the card is full. It "
+        "logs memory_allocated every step. With total_loss += loss.item() the run completes 40 steps.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "each step's retained graph is kept through total_loss, so allocated memory grows step after step "
+                "until the OOM; with .item() all 40 steps complete under the same cap"},
+        Run("python", "tutorial_loop.py", k + ["--running_loss", "tensor"], gpu_gib=15.5, host_gib=8, timeout=240,
+            max_entries=100000),
+        counterfactuals=[("total_loss += loss.item() (same cap, retain_graph still on)",
+                          Run("python", "tutorial_loop.py", k + ["--running_loss", "item"], gpu_gib=15.5,
+                              host_gib=8, capture=False, timeout=240))],
+        priority=211))
+
+    # ---------------------------------------------------------------- fragmentation, Llama-3.2-1B bf16 + ckpt
+    f = ["--model", "llama3.2-1b", "--model_dtype", "bfloat16", "--gradient_checkpointing", "--batch_size", "8",
+         "--min_len", "16", "--max_len", "2048", "--steps", "30"]
+    s.append(Scenario(
+        "fragmentation_llama3.2_1b_bf16_ckpt_long_padding_tutorial",
+        "Fine-tune of a Llama-3.2-1B-shaped model (bf16 weights and AdamW moments, gradient checkpointing on) "
+        "with a padding DataLoader (8 samples of 16-2048 tokens, each batch padded to its longest). The memory "
+        "cap is set just above what the same run needs with expandable_segments:True, which completes under it.",
+        {"cause": "fragmentation", "sub_cause": None,
+         "why": "the request fits in reserved-but-unallocated plus the rest of the allowance, but no free block "
+                "is large enough; expandable_segments:True completes the same run under the same cap"},
+        Run("python", "tutorial_loop.py", f, gpu_gib=40, host_gib=8, max_entries=100000, timeout=200),
+        priority=212, fragmentation_search=True,
+        search_variants=[f, f + ["--seed", "7"], f[:6] + ["6"] + f[7:]]))
     return s

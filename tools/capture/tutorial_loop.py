@@ -47,6 +47,9 @@ def main() -> int:
     p.add_argument("--gradient_checkpointing", action="store_true")
     p.add_argument("--running_loss", default="item", choices=["item", "tensor"],
                    help="item: total_loss += loss.item(); tensor: total_loss += loss (keeps every step's graph)")
+    p.add_argument("--retain_graph", action="store_true",
+                   help="scenario: loss.backward(retain_graph=True), as added to silence 'backward through the graph "
+                        "a second time'; with --running_loss tensor every step's saved activations stay alive")
     p.add_argument("--eval_every", type=int, default=0, help="a held-out batch's loss every N steps (0: none)")
     p.add_argument("--eval_loss", default="item", choices=["item", "tensor"],
                    help="item: under torch.no_grad(), summed as loss.item(); tensor: autograd on and summed as a "
@@ -136,7 +139,7 @@ def main() -> int:
             batch = {k: v.cuda() for k, v in batch.items()}
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model(**batch).loss
-            loss.backward()
+            loss.backward(retain_graph=args.retain_graph)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             state["total_loss"] += loss if args.running_loss == "tensor" else loss.item()
