@@ -137,3 +137,22 @@ def test_a_kv_cache_pool_allocation_is_generation():
     # a buffer that is not a cache stays what it was
     plain = frames[:2] + (Frame("/srv/model.py", 31, "_init_buffers", "self.buf = torch.empty(n, device='cuda')"),)
     assert classify_frames(plain, innermost_first=False, constructors=True).phase is not Phase.GENERATION
+
+
+def test_a_virtualenv_under_a_torch_directory_does_not_make_every_frame_torch_s():
+    # sample_logs/activation_spike_mistral7b_lora_bf16_hf_trainer_a4000_16g: the GPU machine's Python lives in
+    # /opt/torch/.venv, so every installed library's path holds "/torch/".  The innermost readable frame is PEFT's
+    # LoRA forward, inside the model call of a custom compute_loss: the phase is the forward, not the loss.
+    venv = "/opt/torch/.venv/lib/python3.12/site-packages/"
+    frames = (Frame("/work/train.py", 93, "compute_loss", 'out = model(input_ids=inputs["input_ids"])'),
+              Frame(venv + "torch/nn/modules/module.py", 1790, "_call_impl", "return forward_call(*args, **kwargs)"),
+              Frame(venv + "peft/tuners/lora/layer.py", 1100, "forward",
+                    "x = self._cast_input_dtype(x, lora_A.weight.dtype)"),
+              Frame(venv + "peft/tuners/tuners_utils.py", 2235, "_cast_input_dtype", "return x.to(dtype=dtype)"))
+    m = classify_frames(frames, innermost_first=False, constructors=True)
+    assert m.phase is Phase.FORWARD and "peft/tuners/lora" in m.frame.filename
+    # torch's own frames under that virtualenv are still torch's (a weak forward: the scan goes on outwards)
+    only_torch = frames[:2]
+    assert classify_frames(only_torch, innermost_first=False).phase is Phase.LOSS
+    sample = Path(__file__).parent.parent / "sample_logs" / "activation_spike_mistral7b_lora_bf16_hf_trainer_a4000_16g"
+    assert build_context(parse_paths([str(sample / "run.log")])).phase.phase is Phase.FORWARD

@@ -129,3 +129,27 @@ def test_kept_memory_is_found_exactly_in_the_captures_proven_to_leak(job):
     expected = json.loads((job / "expected.json").read_text())["cause"]
     r = retention(load_snapshot(str(job / SNAP)))
     assert (r is not None and r.material) == (expected == "leak"), (expected, r)
+
+
+@pytest.mark.parametrize("case, finished", [
+    # five logged steps, then the sixth step's optimizer update fails: five finished, the failing one not counted
+    ("leak_pythia410m_retain_graph_running_loss_tutorial_t4_16g", 5),
+    # capacity at the first optimizer step (Adam's moments): nothing finished
+    ("capacity_mistral7b_fp32_hf_trainer_a100_80g", 0),
+])
+def test_steps_finished_counts_the_optimizer_steps_a_trace_shows(case, finished):
+    from oompost.analysis.retention import steps_finished
+
+    d = SAMPLES / case
+    snap = next(p for p in sorted(d.iterdir()) if ".pickle" in p.name)
+    assert steps_finished(load_snapshot(str(snap))) == finished
+
+
+def test_a_snapshot_alone_with_finished_steps_is_not_capacity():
+    # the same leak from its snapshot alone: CAP001 once read an OOM in the optimizer step as "before any step
+    # completed" and called it capacity (0.49); the trace shows five finished optimizer steps
+    r = oompost.analyze(str(SAMPLES / "leak_pythia410m_retain_graph_running_loss_tutorial_t4_16g"
+                            / "memory_snapshot.pickle.gz"))
+    assert r.to_json()["cause"] == "leak"
+    cap = next((f for f in r.findings if f.code == "CAP001"), None)
+    assert cap is None or any("optimizer step(s) in the snapshot's trace finished" in s for s, _ in cap.signals)

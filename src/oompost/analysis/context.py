@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover - numpy stays out of the CLI's start-up
     from .snapshot_states import SnapshotStates
 
 
+_ALLOCATOR_CAPS = ("allowed", "allowed_inferred")   # limits that set_per_process_memory_fraction imposes
+
+
 @dataclass(frozen=True)
 class Context:
     evidence: Evidence
@@ -50,8 +53,14 @@ class Context:
     notes: tuple[str, ...] = field(default_factory=tuple)
     retention: "Retention | None" = None           # kept across steps or batches (a snapshot's live blocks)
     snapshot_states: "SnapshotStates | None" = None  # weights, gradients, optimizer state live at the OOM
+    snapshot_steps: int = 0                        # optimizer steps the snapshot's trace shows finished before the OOM
 
     # ---- convenience for rules
+    @property
+    def allocator_cap(self) -> bool:
+        """The limit caps PyTorch's allocator only (a memory fraction): the CUDA context and NCCL are outside it."""
+        return self.limit_source in _ALLOCATOR_CAPS
+
     def failures_of(self, *kinds: Any) -> tuple[Failure, ...]:
         return tuple(f for f in self.evidence.failures if f.kind in kinds)
 
@@ -350,8 +359,10 @@ def build_context(ev: Evidence) -> Context:
     elif spec is not None:
         try:
             ts = make_train_setup(setup)
-            est = estimate(spec, ts, device_bytes=limit)
-            est_min = estimate(spec, make_train_setup(setup, micro_batch=1, grad_ckpt=True), device_bytes=limit)
+            cap = limit_source in _ALLOCATOR_CAPS
+            est = estimate(spec, ts, device_bytes=limit, allocator_cap=cap)
+            est_min = estimate(spec, make_train_setup(setup, micro_batch=1, grad_ckpt=True), device_bytes=limit,
+                               allocator_cap=cap)
         except (TypeError, ValueError) as e:
             notes.append(f"memory model unavailable: {e}")
     ran = iterations_before_oom(ev, oom)
@@ -364,11 +375,13 @@ def build_context(ev: Evidence) -> Context:
                      f"limit before the OOM ({where})")
         est = est_min = None
     kept = None
+    snap_steps = 0
     if snap is not None and any(snap.traces):
         try:
-            from .retention import retention
+            from .retention import retention, steps_finished
 
             kept = retention(snap)
+            snap_steps = steps_finished(snap)
         except Exception as e:  # a malformed trace must not stop the analysis
             notes.append(f"retention analysis unavailable: {type(e).__name__}: {e}")
     states = None
@@ -382,4 +395,4 @@ def build_context(ev: Evidence) -> Context:
     location = (f"{loc.name} ({RUNTIME_FRAMES[loc.filename]}, log line {loc.line})" if loc and loc.filename in RUNTIME_FRAMES
                 else f"{loc.filename}:{loc.line} in {loc.name}" if loc else "")
     return Context(ev, setup, ranks, first, oom, limit, limit_source, phase, location, steps, snap, metrics, cfs,
-                   spec, ts, est, est_min, tuple(notes), kept, states)
+                   spec, ts, est, est_min, tuple(notes), kept, states, snap_steps)

@@ -205,7 +205,12 @@ def _match(fr: Frame) -> tuple[Phase, str] | None:
 
 
 def _is_torch_internal(fr: Frame) -> bool:
+    """A frame of torch itself: under an installed package, the package's own path decides (a virtualenv in
+    /opt/torch/.venv makes every installed library's path hold "/torch/"); elsewhere, a torch source tree."""
     f = fr.filename.replace("\\", "/")
+    for root in ("site-packages/", "dist-packages/"):
+        if root in f:
+            return f.rsplit(root, 1)[1].startswith("torch/")
     return "/torch/" in f or f.startswith("torch/")
 
 

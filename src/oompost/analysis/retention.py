@@ -78,6 +78,36 @@ def _is_optimizer(frames: tuple) -> bool:
     return any(any(s in f.filename.replace("\\", "/") for s in _OPTIMIZER_FILES) for f in frames)
 
 
+def _step_starts(trace, stack: np.ndarray, allocs: np.ndarray) -> list[int]:  # type: ignore[no-untyped-def]
+    """Trace indices where an optimizer step starts allocating (a run of optimizer allocations after others)."""
+    opt_stacks = np.fromiter((_is_optimizer(fr) for fr in trace.stacks), dtype=bool, count=len(trace.stacks))
+    is_opt = opt_stacks[stack[allocs]]
+    starts = allocs[1:][is_opt[1:] & ~is_opt[:-1]]
+    return ([int(allocs[0])] if is_opt[0] else []) + [int(i) for i in starts]
+
+
+def steps_finished(snap: Snapshot) -> int:
+    """Optimizer steps the trace shows finished before the OOM (a lower bound: a ring buffer keeps only the
+    last entries).  A step whose allocations the OOM interrupts is not counted; one the OOM follows is."""
+    dev = oom_device(snap)
+    trace = device_trace(snap, dev)
+    if not len(trace) or "alloc" not in trace.actions:
+        return 0
+    end = oom_index(trace)
+    end = len(trace) if end is None else end
+    action = np.asarray(trace.action[:end])
+    stack = np.asarray(trace.stack[:end])
+    allocs = np.nonzero(action == trace.actions.index("alloc"))[0]
+    if not len(allocs):
+        return 0
+    bounds = _step_starts(trace, stack, allocs)
+    if not bounds:
+        return 0
+    # the OOM inside an optimizer step: its last allocations are the optimizer's, so that step did not finish
+    in_step = _is_optimizer(trace.stacks[int(stack[allocs[-1]])])
+    return len(bounds) - (1 if in_step else 0)
+
+
 def retention(snap: Snapshot) -> Retention | None:
     """The memory kept across steps or batches at the OOM, or None when nothing beyond one step's worth is kept
     (and no concatenation buffer holds a material share of live memory)."""
@@ -119,10 +149,7 @@ def _kept_sites(snap: Snapshot, dev: int, blocks: list, phase) -> tuple[tuple[Ke
     allocs = np.nonzero(action == trace.actions.index("alloc"))[0]
     if not len(allocs):
         return (), 0
-    opt_stacks = np.fromiter((_is_optimizer(fr) for fr in trace.stacks), dtype=bool, count=len(trace.stacks))
-    is_opt = opt_stacks[stack[allocs]]
-    starts = allocs[1:][is_opt[1:] & ~is_opt[:-1]]
-    bounds = ([int(allocs[0])] if is_opt[0] else []) + [int(i) for i in starts]
+    bounds = _step_starts(trace, stack, allocs)
     if not bounds:
         return (), 0
     last = bounds[-1]

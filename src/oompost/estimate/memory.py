@@ -131,9 +131,14 @@ __all__ = [
 # ------------------------------------------------------------------- estimate
 
 
-def estimate(spec: ModelSpec, setup: TrainSetup, device_bytes: int | None = None) -> Estimate:
+def estimate(spec: ModelSpec, setup: TrainSetup, device_bytes: int | None = None,
+             allocator_cap: bool = False) -> Estimate:
     """Per-GPU estimate of ``setup`` training ``spec``; ``device_bytes`` is
     the memory the process may use (default 80 GiB, said in assumptions).
+    ``allocator_cap``: ``device_bytes`` caps PyTorch's caching allocator only
+    (``torch.cuda.set_per_process_memory_fraction``, the OOM message's
+    "allowed"): the CUDA context and NCCL's buffers lie outside the cap, so
+    they are left out of every peak compared with it.
 
     The peaks come from replaying the run's allocations through the caching
     allocator model (``_Program``); the named terms give the tensor sizes, the
@@ -149,6 +154,9 @@ def estimate(spec: ModelSpec, setup: TrainSetup, device_bytes: int | None = None
     logit = logits_terms(spec, setup)
     context = int(CALIBRATION["cuda_context_bytes"])
     comms, nccl = _nccl_bytes(setup)
+    outside = context + nccl
+    if allocator_cap:
+        context = nccl = 0
     # Unconstrained, the caching allocator keeps every segment it ever made: that max reserved is
     # what a run shows on a card with room to spare (and what the measurements are).  When it
     # exceeds the device, replay again under the cap: the allocator then frees whole cached
@@ -191,6 +199,10 @@ def estimate(spec: ModelSpec, setup: TrainSetup, device_bytes: int | None = None
     predicted = max(startup_peak, step_peak, gen_peak or 0)
     host_rank, host_breakdown = _host_side(spec, setup, st, P)
     assumptions += _assumptions(spec, setup, st, comms, T, sim, context + nccl, capped)
+    if allocator_cap:
+        assumptions.append(f"the limit is an allowed cap (set_per_process_memory_fraction), which covers "
+                           f"PyTorch's allocator only: the CUDA context and NCCL ({_g(outside)}) lie outside it "
+                           "and are left out of the peaks")
     return Estimate(
         fits=predicted <= device_bytes,
         predicted_peak_bytes=int(predicted),

@@ -45,7 +45,8 @@ class Pricer:
         key = _key(ts)
         if key not in self._cache:
             try:
-                self._cache[key] = estimate(self.ctx.spec, ts, device_bytes=self.ctx.limit_bytes)
+                self._cache[key] = estimate(self.ctx.spec, ts, device_bytes=self.ctx.limit_bytes,
+                                                 allocator_cap=self.ctx.allocator_cap)
             except (TypeError, ValueError):
                 self._cache[key] = None
         est = self._cache[key]

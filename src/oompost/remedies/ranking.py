@@ -11,8 +11,9 @@ ranking every renderer shows:
   used (one configuration, one number); an allocator setting is judged by
   the allocator replay, and said as "the recorded trace replays without
   failing", never "fits";
-- fixes predicted to fit rank above unpriced ones, which rank above those
-  near the limit and those still too large (labelled as such);
+- fixes predicted to fit rank above unpriced ones and those predicted under
+  the limit by a small margin (in the rule's own order), which rank above
+  those still too large (labelled as such);
 - nothing is both a fix and "not worth trying": the plan and the primary's
   own fixes win over advice, the primary's "not worth trying" over other
   findings' fixes.
@@ -70,7 +71,9 @@ def holds(f: Finding) -> bool:
     return bool(h) if isinstance(h, bool) else f.confidence >= HOLDS
 
 
-_GROUP = {"fits": 0, "replays": 0, "": 1, "tight": 2, "replays_tight": 2, "too_large": 3, "replay_fails": 3}
+# a change priced under the limit, however tight, ranks with the unpriced ones (in the rule's own order): it is
+# the one the numbers back (a LoRA 7B capture's checkpointing, priced 15.01 of 15.22 GiB, completed the run)
+_GROUP = {"fits": 0, "replays": 0, "": 1, "tight": 1, "replays_tight": 1, "too_large": 3, "replay_fails": 3}
 
 
 def rank(ctx: Context, findings: tuple[Finding, ...], rerun: RerunPlan | None,

@@ -141,7 +141,9 @@ class ActivationSpike:
         def pred(w) -> str:  # type: ignore[no-untyped-def]
             if w is None:
                 return ""
-            return f"; predicted peak {b(w.peak)} ({'fits' if fits(w, L) else 'still too large'})"
+            words = ("fits" if fits(w, L) else "tight: under the limit by less than 5 %" if L and w.peak <= L
+                     else "still too large")
+            return f"; predicted peak {b(w.peak)} ({words})"
 
         if sub == "kv_cache":
             out.append(Fix("code", "generation batch size", "halve it (or cap max_new_tokens)",

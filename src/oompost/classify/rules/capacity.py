@@ -52,7 +52,8 @@ class Capacity:
             return []
         signals: list[tuple[str, float]] = []
         numbers: list[tuple[str, str]] = [(limit_label(ctx), b(L))] if L else []
-        completed = len(ctx.steps) > 0
+        # a step series in the log, or optimizer steps the snapshot's trace shows finished before the OOM
+        completed = len(ctx.steps) > 0 or ctx.snapshot_steps > 0
         startup_phase = ctx.phase.phase in _STARTUP
         e = ctx.estimate_min if L else None
         ran = iterations_before_oom(ctx.evidence, o)
@@ -93,9 +94,12 @@ class Capacity:
         if o.requested_bytes is not None and o.reserved_unallocated_bytes is not None and h is not None:
             if o.requested_bytes > o.reserved_unallocated_bytes + h:
                 signals.append(("the request exceeds everything still free: not fragmentation", 0.1))
-        if completed:
+        if ctx.steps:
             signals.append((f"{len(ctx.steps)} {noun(ctx.steps)}(s) of a running loop before it, so the model states "
                             "did fit", -0.4))
+        elif completed:
+            signals.append((f"{ctx.snapshot_steps} optimizer step(s) in the snapshot's trace finished before it, so "
+                            "the model states did fit", -0.4))
         elif ran is not None:
             signals.append(("training iterations finished before it (log line "
                             f"{ran.ref.line}), so the model states did fit", -0.4))
@@ -140,8 +144,14 @@ class Capacity:
         else:
             detail += ("Without the model size or the configuration, the argument rests on the OOM's numbers: "
                        "the request does not fit in what is still free.")
+        # the strong claim only where a memory model, the snapshot's states or a start-up failure makes it; from the
+        # OOM's numbers alone the finding says what they show
+        proven = ((e is not None and e.predicted_peak_bytes > 1.03 * L) or by_snapshot
+                  or (startup_phase and not completed))
+        title = ("Model states do not fit: the run cannot fit at any batch size" if proven else
+                 "The run needs more memory than is left: the request exceeds everything still free")
         return [Finding(
-            self.code, self.cause, "Model states do not fit: the run cannot fit at any batch size", conf,
+            self.code, self.cause, title, conf,
             evidence=oom_refs(ctx), fixes=tuple(fixes),
             not_fixes=(*(runtime_not_fixes(ctx.own_runtime) if ctx.own_runtime else (
                          NotAFix("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
@@ -206,6 +216,8 @@ def _priced(ctx: Context, why: str, w: WhatIf | None, what: str = "") -> str:
     """``why`` with the what-if's predicted peak against the limit, when the memory model could price it."""
     if w is None:
         return why
-    verdict = "fits" if fits(w, ctx.limit_bytes) else "still does not fit"
+    L = ctx.limit_bytes
+    verdict = ("fits" if fits(w, L) else "tight: under the limit by less than 5 %" if L and w.peak <= L
+               else "still does not fit")
     host = f", host RAM {b(w.estimate.host_bytes)}" if w.estimate.host_bytes else ""
     return f"{why}; {what + ': ' if what else ''}predicted peak {b(w.peak)} ({verdict}{host})"
