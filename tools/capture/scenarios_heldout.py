@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1629,4 +1629,81 @@ def twenty_first_set() -> list[Scenario]:
         Run("python", "tutorial_loop.py", f, gpu_gib=40, host_gib=8, max_entries=100000, timeout=200),
         priority=212, fragmentation_search=True,
         search_variants=[f, f + ["--seed", "7"], f[:6] + ["6"] + f[7:]]))
+    return s
+
+
+def _torchrun_tee(port: int, script: str, args: list[str]) -> list[str]:
+    """A one-process torchrun with --tee 3: every line of the rank's stdout/stderr comes back prefixed
+    "[default0]:", as multi-rank logs posted from torchrun jobs show them."""
+    return ["python3", "-m", "torch.distributed.run", "--nproc_per_node", "1", "--tee", "3", "--master_port",
+            str(port), "{here}/" + script] + args
+
+
+def twenty_second_set() -> list[Scenario]:
+    """The twenty-second set (2026-12-05, thirteenth session): the same loops launched through torchrun with
+    --tee 3, so every line the rank prints carries torchrun's "[default0]:" prefix and the launcher adds its own
+    failure report: a DDP full fine-tune that cannot fit a 40 GB card, a DDP loop whose configured batch's
+    activations do not fit a 16 GB card, and a host-RAM kill (cgroup) of a model built on the host.  Defined
+    before it ran and scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- capacity, DDP through torchrun, 40 GB
+    c = ["--ddp", "--model", "qwen2.5-3b", "--val_loss_no_grad", "--steps", "5", "--emulate_card", "a100-40g",
+         "--oompost_capture", "{job}", "--max_entries", "15000"]
+    s.append(Scenario(
+        "capacity_qwen2.5_3b_ddp_torchrun_tee_a100_40g",
+        "A plain PyTorch loop (fp32 weights, fp16 autocast with a GradScaler, AdamW) wrapped in "
+        "DistributedDataParallel and launched with torchrun --tee 3, fully fine-tuning a Qwen2.5-3B-shaped model "
+        "on a 40 GB A100 at 2 x 512 tokens: fp32 weights, gradients and two Adam moments (3.09B x 16 bytes = "
+        "46 GiB) cannot fit. The same run at 1 x 32 tokens fails the same way.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "3.09B parameters x 16 bytes (fp32 weights, gradients, exp_avg, exp_avg_sq) = 46 GiB > 39.39 GiB, "
+                "whatever the batch"},
+        Run("bash", "command.sh", _torchrun_tee(29811, "plain_loop.py", c + ["--batch_size", "2", "--seq_len", "512"]),
+            gpu_gib=40, host_gib=16, timeout=300),
+        counterfactuals=[("micro-batch 1 x 32 tokens (same cap)",
+                          Run("bash", "command.sh", _torchrun_tee(29812, "plain_loop.py",
+                                                           c[:-4] + ["--batch_size", "1", "--seq_len", "32"]),
+                              gpu_gib=40, host_gib=16, capture=False, timeout=300))],
+        priority=220))
+
+    # ---------------------------------------------------------------- activation_spike, DDP through torchrun, 16 GB
+    a = ["--ddp", "--model", "gpt2-medium", "--val_loss_no_grad", "--steps", "6", "--seq_len", "1024",
+         "--emulate_card", "t4"]
+    s.append(Scenario(
+        "activation_spike_gpt2_medium_ddp_torchrun_tee_t4_16g",
+        "A plain PyTorch loop (fp32 weights, fp16 autocast with a GradScaler, AdamW) wrapped in "
+        "DistributedDataParallel and launched with torchrun --tee 3, fine-tuning a GPT-2-medium-shaped model on a "
+        "16 GB T4 at 16 x 1,024 tokens: the model states (355M x 16 bytes, 5.3 GiB) fit, the first step's "
+        "activations and logits do not. At micro-batch 2 the same run completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states fit; the configured micro-batch x sequence length's activations and fp32 logits do "
+                "not; micro-batch 2 completes under the same cap"},
+        Run("bash", "command.sh", _torchrun_tee(29813, "plain_loop.py", a + ["--batch_size", "16", "--oompost_capture",
+                                                                      "{job}", "--max_entries", "15000"]),
+            gpu_gib=15.5, host_gib=8, timeout=240),
+        counterfactuals=[("micro-batch 2 (same cap)",
+                          Run("bash", "command.sh", _torchrun_tee(29814, "plain_loop.py", a + ["--batch_size", "2"]),
+                              gpu_gib=15.5, host_gib=8, capture=False, timeout=240))],
+        priority=221))
+
+    # ---------------------------------------------------------------- host_oom, torchrun in a 4 GiB cgroup
+    h = ["--model", "opt-1.3b", "--batch_size", "8", "--seq_len", "256", "--steps", "10", "--emulate_card",
+         "rtx4090"]
+    s.append(Scenario(
+        "host_oom_opt1.3b_torchrun_tee_cgroup_4g",
+        "A plain loop launched with torchrun --tee 3 in a container limited to 4 GiB of host RAM, fine-tuning an "
+        "OPT-1.3B-shaped model built with from_config on the CPU in fp32 (5.3 GB of host memory) before it moves "
+        "to the GPU: the kernel's OOM killer kills the rank while the weights are initialised, and torchrun "
+        "reports the child's exit. Built directly on the GPU, the same run completes under the same limit.",
+        {"cause": "host_oom", "sub_cause": None,
+         "why": "the rank is killed by signal 9 (cgroup OOM killer) with no CUDA error while the model is built on "
+                "the host; building it on the GPU completes under the same 4 GiB limit"},
+        Run("bash", "cgroup_run.sh", ["4G"] + _torchrun_tee(29815, "heldout_loop.py", h + ["--init_device", "cpu"]),
+            gpu_gib=24, host_gib=6, capture=False, timeout=240),
+        counterfactuals=[("model built on the GPU (same 4 GiB limit)",
+                          Run("bash", "cgroup_run.sh",
+                              ["4G"] + _torchrun_tee(29816, "heldout_loop.py", h + ["--init_device", "cuda"]),
+                              gpu_gib=24, host_gib=6, capture=False, timeout=240))],
+        priority=222))
     return s
