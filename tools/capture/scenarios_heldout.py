@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1706,4 +1706,52 @@ def twenty_second_set() -> list[Scenario]:
                               ["4G"] + _torchrun_tee(29816, "heldout_loop.py", h + ["--init_device", "cuda"]),
                               gpu_gib=24, host_gib=6, capture=False, timeout=240))],
         priority=222))
+    return s
+
+
+def twenty_third_set() -> list[Scenario]:
+    """The twenty-third set (2026-12-05, thirteenth session): a causal-LM loop driven by HF Accelerate the way
+    run_clm_no_trainer.py copies are (tools/capture/accelerate_loop.py, `accelerate launch`): its evaluation
+    keeping every batch's gathered logits on the GPU, and a per-device batch whose activations do not fit with
+    gradient accumulation available.  Defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- leak, evaluation logits kept (Accelerate)
+    k = ["--model", "qwen2.5-0.5b", "--per_device_train_batch_size", "4", "--block_size", "512",
+         "--max_train_steps", "8", "--num_eval_samples", "160", "--per_device_eval_batch_size", "8",
+         "--eval_every", "4", "--emulate_card", "l4"]
+    s.append(Scenario(
+        "leak_qwen2.5_0.5b_accelerate_eval_logits_l4_24g",
+        "HF Accelerate fine-tune of a Qwen2.5-0.5B-shaped model (fp32 weights, bf16 mixed precision, AdamW) on a "
+        "24 GB L4 whose evaluation (160 held-out sequences of 512 tokens, 8 a batch, every 4 steps) keeps each "
+        "batch's gathered logits (8 x 512 x 151,936) in a list on the GPU for a token accuracy: the list grows "
+        "batch after batch until the card is full. Keeping logits.argmax(-1).cpu() instead, the run completes.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "every evaluation batch's logits stay alive on the GPU, so live memory grows batch after batch "
+                "until the OOM; keeping argmax(-1).cpu() completes under the same cap"},
+        Run("accelerate", "accelerate_loop.py", k + ["--keep_eval_logits", "gpu"], gpu_gib=22.5, host_gib=10,
+            timeout=300, max_entries=30000),
+        counterfactuals=[("the evaluation keeps logits.argmax(-1).cpu() (same cap)",
+                          Run("accelerate", "accelerate_loop.py", k + ["--keep_eval_logits", "argmax_cpu"],
+                              gpu_gib=22.5, host_gib=10, capture=False, timeout=300))],
+        priority=230))
+
+    # ---------------------------------------------------------------- activation_spike, per-device batch (Accelerate)
+    a = ["--model", "opt-350m", "--block_size", "1024", "--max_train_steps", "6", "--emulate_card", "rtx3060-12g"]
+    s.append(Scenario(
+        "activation_spike_opt350m_accelerate_batch16_3060_12g",
+        "HF Accelerate fine-tune of an OPT-350m-shaped model (fp32 weights, bf16 mixed precision, AdamW) on a "
+        "12 GB RTX 3060 at a per-device batch of 16 x 1,024 tokens: the model states (331M x 16 bytes, 4.9 GiB) "
+        "fit, the first step's activations and logits do not. At 2 x 1,024 with 8 accumulation steps (the same "
+        "total batch) the run completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states fit; the configured per-device batch's activations and logits do not; a per-device "
+                "batch of 2 with 8 accumulation steps completes under the same cap"},
+        Run("accelerate", "accelerate_loop.py", a + ["--per_device_train_batch_size", "16"], gpu_gib=12.5,
+            host_gib=8, timeout=240, max_entries=30000),
+        counterfactuals=[("per-device batch 2, gradient_accumulation_steps 8 (same cap)",
+                          Run("accelerate", "accelerate_loop.py",
+                              a + ["--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "8"],
+                              gpu_gib=12.5, host_gib=8, capture=False, timeout=240))],
+        priority=231))
     return s
