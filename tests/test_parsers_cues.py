@@ -140,3 +140,16 @@ def test_the_cue_parser_records_finished_iterations_from_fast_bars_and_logged_lo
     assert parse_text(logged).fact("cue.iterations_done") is not None
     assert parse_text("Loading checkpoint shards: 100%|██| 2/2 [00:03<00:00,  1.50s/it]\n").fact(
         "cue.iterations_done") is None
+
+
+# a memory model pricing the configured step above the limit is contradicted once that step ran: ACT001 does not
+# count the price as evidence then (an Accelerate evaluation that kept its logits priced its training step at
+# 23.29 GiB of 21.53 after four training steps had run under that cap)
+def test_a_step_price_contradicted_by_finished_iterations_is_no_evidence() -> None:
+    from oompost.analysis.context import build_context
+    from oompost.classify.rules.activation import _configured_step_ran
+
+    ran = ROOT / "sample_logs" / "activation_spike_qwen2.5_1.5b_bf16_ckpt_long_doc_tutorial_4090_24g" / "run.log"
+    assert _configured_step_ran(build_context(parse_text(ran.read_text())))
+    first = ROOT / "sample_logs" / "capacity_qwen2.5_3b_fp32_trainer_3090_24g" / "run.log"
+    assert not _configured_step_ran(build_context(parse_text(first.read_text())))

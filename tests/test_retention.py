@@ -153,3 +153,28 @@ def test_a_snapshot_alone_with_finished_steps_is_not_capacity():
     assert r.to_json()["cause"] == "leak"
     cap = next((f for f in r.findings if f.code == "CAP001"), None)
     assert cap is None or any("optimizer step(s) in the snapshot's trace finished" in s for s, _ in cap.signals)
+
+
+def test_an_evaluation_keeping_every_batch_s_logits_is_found_batch_by_batch():
+    # sample_logs/leak_qwen2.5_0.5b_accelerate_eval_logits_l4_24g: after four training steps, the evaluation appends
+    # each batch's gathered fp32 logits (2.32 GiB) to a list on the GPU; no optimizer step separates them, so the
+    # step-dated analysis saw nothing (the snapshot alone once read as fragmentation, 0.78)
+    d = SAMPLES / "leak_qwen2.5_0.5b_accelerate_eval_logits_l4_24g"
+    r = retention(load_snapshot(str(d / SNAP)))
+    assert r is not None and r.batch_sites and not r.sites
+    top = r.batch_sites[0]
+    assert top.kept >= 3 and top.block_bytes == 8 * 512 * 151936 * 4 and "convert_to_fp32" in top.label
+    rep = oompost.analyze([str(d / SNAP)])
+    assert rep.to_json()["cause"] == "leak" and rep.findings[0].code == "LEAK004"
+
+
+@pytest.mark.parametrize("case", NOT_KEEPING + ("activation_spike_qwen2.5_1.5b_bf16_ckpt_long_doc_tutorial_4090_24g",
+                                                "activation_spike_qwen2.5_0.5b_compiled_long_doc_4080_16g",
+                                                "activation_spike_mistral7b_lora_bf16_hf_trainer_a4000_16g"))
+def test_one_forward_s_per_layer_blocks_are_not_kept_batches(case):
+    # a forward allocates one block per layer at one line, all the same size: a layer apart in the trace, never a
+    # batch apart (spikes whose OOM struck mid-forward after finished steps, and runs that keep nothing)
+    d = SAMPLES / case
+    snap = next(p for p in sorted(d.iterdir()) if ".pickle" in p.name)
+    r = retention(load_snapshot(str(snap)))
+    assert r is None or not r.batch_sites

@@ -59,13 +59,16 @@ class Concatenated:
 @dataclass(frozen=True, slots=True)
 class Retention:
     """Live memory at the OOM kept from earlier steps or batches: blocks a forward allocated before the last
-    optimizer step (``sites``), and the buffer per-batch outputs are concatenated into (``concatenated``)."""
+    optimizer step (``sites``), blocks successive batches allocated after it and kept (``batch_sites``: an
+    evaluation keeping every batch's outputs), and the buffer per-batch outputs are concatenated into
+    (``concatenated``)."""
     kept_bytes: int                           # of the sites
     kept_blocks: int
     sites: tuple[KeptSite, ...]               # largest first; () when only a concatenation buffer was found
     boundaries: int                           # optimizer-step boundaries the trace shows
     live_bytes: int                           # all live memory at the OOM, for scale
     concatenated: Concatenated | None = None
+    batch_sites: tuple[KeptSite, ...] = ()    # kept batch after batch since the last optimizer step (largest first)
 
     @property
     def material(self) -> bool:
@@ -115,10 +118,12 @@ def retention(snap: Snapshot) -> Retention | None:
     blocks = live_blocks_at_oom(snap)
     live = sum(blk.size for blk in blocks)
     cat = _concatenated(blocks, block_phase, live)
-    sites, bounds = _kept_sites(snap, dev, blocks, block_phase)
-    if not sites and cat is None:
+    sites, bounds, batch = _kept_sites(snap, dev, blocks, block_phase)
+    if not sites and not batch and cat is None:
         return None
-    return Retention(sum(s.kept * s.block_bytes for s in sites), sum(s.kept for s in sites), sites, bounds, live, cat)
+    every = sites + batch
+    return Retention(sum(s.kept * s.block_bytes for s in every), sum(s.kept for s in every), sites, bounds, live,
+                     cat, batch)
 
 
 def _concatenated(blocks: list, phase, live: int) -> Concatenated | None:  # type: ignore[no-untyped-def]
@@ -141,17 +146,17 @@ def _kept_sites(snap: Snapshot, dev: int, blocks: list, phase) -> tuple[tuple[Ke
     how many optimizer-step boundaries the trace shows (no boundary: nothing can be dated)."""
     trace = device_trace(snap, dev)
     if not len(trace) or "alloc" not in trace.actions:
-        return (), 0
+        return (), 0, ()
     end = oom_index(trace)
     end = len(trace) if end is None else end
     action = np.asarray(trace.action[:end])
     stack = np.asarray(trace.stack[:end])
     allocs = np.nonzero(action == trace.actions.index("alloc"))[0]
     if not len(allocs):
-        return (), 0
+        return (), 0, ()
     bounds = _step_starts(trace, stack, allocs)
     if not bounds:
-        return (), 0
+        return (), 0, ()
     last = bounds[-1]
     addr = np.asarray(trace.addr[:end])[allocs]
     size = np.asarray(trace.size[:end])[allocs]
@@ -181,4 +186,35 @@ def _kept_sites(snap: Snapshot, dev: int, blocks: list, phase) -> tuple[tuple[Ke
     sites = tuple(sorted((KeptSite(lab, sz, k, per_step.get((lab, sz), 0)) for (lab, sz), k in kept.items()
                           if k >= MIN_KEPT and k > per_step.get((lab, sz), 0)),
                          key=lambda s: (-s.kept * s.block_bytes, s.label)))
-    return sites, len(bounds)
+    return sites, len(bounds), _kept_by_batches(blocks, alloc_at, allocs, bounds, phase)
+
+
+def _kept_by_batches(blocks: list, alloc_at: dict, allocs: np.ndarray, bounds: list[int],  # type: ignore[no-untyped-def]
+                     phase) -> tuple[KeptSite, ...]:
+    """Sites holding MIN_KEPT or more live blocks allocated after the last optimizer step, each by a different
+    batch: an evaluation (or any loop without optimizer steps) keeping every batch's output.  One forward also
+    allocates a block per layer at one site (same code line, same size), so the blocks must lie a batch apart:
+    every gap between them at least an eighth of the allocations a whole training step makes (a layer's share of
+    a forward is far smaller).  Needs a whole step in the trace, for that scale.  (``per_step`` is 0: the batches
+    are not training steps.)"""
+    if len(bounds) < 2:
+        return ()
+    last = bounds[-1]
+    step_allocs = int(np.count_nonzero((allocs >= bounds[-2]) & (allocs < last)))
+    if step_allocs < 8:
+        return ()
+    after: dict[tuple[str, int], list[int]] = collections.defaultdict(list)
+    for blk in blocks:
+        at = alloc_at.get(blk.address, -1)
+        if at < last or not blk.frames:
+            continue
+        if phase(blk.frames) in _STEP_PHASES and not _is_optimizer(blk.frames):
+            after[(stack_label(blk.frames), blk.size)].append(int(np.searchsorted(allocs, at)))
+    out = []
+    for (lab, sz), pos in after.items():
+        if len(pos) < MIN_KEPT:
+            continue
+        gaps = np.diff(np.sort(np.asarray(pos)))
+        if gaps.min() * 8 >= step_allocs:
+            out.append(KeptSite(lab, sz, len(pos), 0))
+    return tuple(sorted(out, key=lambda s: (-s.kept * s.block_bytes, s.label)))

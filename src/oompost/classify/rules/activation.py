@@ -16,13 +16,20 @@ touch activations; fp16 and bf16 are both 2 bytes.
 
 from __future__ import annotations
 
-from ...analysis.context import Context
+from ...analysis.context import Context, iterations_before_oom
 from ...analysis.phase import Phase
 from ...analysis.steps import larger_step, leak_trend, max_peak_allocated, noun
 from ...analysis.whatif import fits, what_if
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b, headroom, limit_label, oom_refs
 from ._runtimes import runtime_fixes
+
+
+def _configured_step_ran(ctx: Context) -> bool:
+    """Training iterations at the configured batch finished before the OOM (a logged iteration, a tqdm bar of the
+    training loop past 0, or optimizer steps in the snapshot's trace): a memory model pricing that step above the
+    limit is contradicted by the run, so its price is no evidence that the step's activations fail."""
+    return ctx.snapshot_steps > 0 or iterations_before_oom(ctx.evidence, ctx.oom) is not None
 
 
 class ActivationSpike:
@@ -65,7 +72,7 @@ class ActivationSpike:
                 # not fit either, so the activations are not what fails (DESIGN.md: capacity)
                 signals.append((f"even micro-batch 1 with full recompute needs {b(least)} > {b(L)}: model "
                                 "states, not activations", -0.3))
-            elif act > L:
+            elif act > L and not _configured_step_ran(ctx):
                 signals.append((f"the configured micro-batch × sequence length needs {b(act)} per step", 0.25))
         elif A is not None and L and A >= 0.9 * L and (o.reserved_unallocated_bytes or 0) < 0.1 * L:
             signals.append(("live tensors fill the limit during the step (little is cached or fragmented)", 0.25))
