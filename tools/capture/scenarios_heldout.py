@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1755,3 +1755,29 @@ def twenty_third_set() -> list[Scenario]:
                               gpu_gib=12.5, host_gib=8, capture=False, timeout=240))],
         priority=231))
     return s
+
+
+def twenty_fourth_set() -> list[Scenario]:
+    """The twenty-fourth set (2026-12-05, thirteenth session): the plain loop's held-out loss summed as a tensor
+    without torch.no_grad() (every step's evaluation graph kept), in DDP under torchrun --tee 3, so the per-step
+    memory prints arrive prefixed "[default0]:".  Defined before it ran and scored as it came."""
+    k = ["--ddp", "--model", "gpt2", "--batch_size", "4", "--seq_len", "1024", "--steps", "60", "--emulate_card",
+         "rtx3070"]
+    return [Scenario(
+        "leak_gpt2_ddp_torchrun_tee_val_loss_graph_3070_8g",
+        "A plain PyTorch loop (fp32 weights, fp16 autocast with a GradScaler, AdamW) wrapped in "
+        "DistributedDataParallel and launched with torchrun --tee 3, training a GPT-2-small shape on an 8 GB RTX "
+        "3070 at 4 x 1,024 tokens; each step's held-out loss (1 x 256 tokens) is computed without torch.no_grad() "
+        "and summed as a tensor, so every step's evaluation graph stays alive. It prints memory_allocated every "
+        "step. With the held-out loss under torch.no_grad() and .item() the run completes 60 steps.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "each step's evaluation graph is kept through the running sum, so allocated memory rises step "
+                "after step until the OOM; under torch.no_grad() with .item() all 60 steps complete"},
+        Run("bash", "command.sh", _torchrun_tee(29831, "plain_loop.py", k + ["--oompost_capture", "{job}",
+                                                                            "--max_entries", "30000"]),
+            gpu_gib=8.5, host_gib=8, timeout=240),
+        counterfactuals=[("held-out loss under torch.no_grad() with .item() (same cap)",
+                          Run("bash", "command.sh", _torchrun_tee(29832, "plain_loop.py",
+                                                                  k + ["--val_loss_no_grad"]),
+                              gpu_gib=8.5, host_gib=8, capture=False, timeout=240))],
+        priority=240)]
