@@ -89,23 +89,29 @@ def _step_starts(trace, stack: np.ndarray, allocs: np.ndarray) -> list[int]:  # 
     return ([int(allocs[0])] if is_opt[0] else []) + [int(i) for i in starts]
 
 
+def _trace_to_oom(snap: Snapshot, dev: int):  # type: ignore[no-untyped-def]
+    """The device's trace up to the OOM: (trace, its end, the stack index of each entry, the indices of its
+    allocations, the optimizer-step starts), or None when it has no allocation or no optimizer step."""
+    trace = device_trace(snap, dev)
+    if not len(trace) or "alloc" not in trace.actions:
+        return None
+    end = oom_index(trace)
+    end = len(trace) if end is None else end
+    stack = np.asarray(trace.stack[:end])
+    allocs = np.nonzero(np.asarray(trace.action[:end]) == trace.actions.index("alloc"))[0]
+    if not len(allocs):
+        return None
+    bounds = _step_starts(trace, stack, allocs)
+    return (trace, end, stack, allocs, bounds) if bounds else None
+
+
 def steps_finished(snap: Snapshot) -> int:
     """Optimizer steps the trace shows finished before the OOM (a lower bound: a ring buffer keeps only the
     last entries).  A step whose allocations the OOM interrupts is not counted; one the OOM follows is."""
-    dev = oom_device(snap)
-    trace = device_trace(snap, dev)
-    if not len(trace) or "alloc" not in trace.actions:
+    found = _trace_to_oom(snap, oom_device(snap))
+    if found is None:
         return 0
-    end = oom_index(trace)
-    end = len(trace) if end is None else end
-    action = np.asarray(trace.action[:end])
-    stack = np.asarray(trace.stack[:end])
-    allocs = np.nonzero(action == trace.actions.index("alloc"))[0]
-    if not len(allocs):
-        return 0
-    bounds = _step_starts(trace, stack, allocs)
-    if not bounds:
-        return 0
+    trace, end, stack, allocs, bounds = found
     # the OOM inside an optimizer step: its last allocations are the optimizer's, so that step did not finish
     in_step = _is_optimizer(trace.stacks[int(stack[allocs[-1]])])
     return len(bounds) - (1 if in_step else 0)
@@ -141,22 +147,14 @@ def _concatenated(blocks: list, phase, live: int) -> Concatenated | None:  # typ
     return Concatenated(lab, size, n[lab]) if size >= MATERIAL_SHARE * live else None
 
 
-def _kept_sites(snap: Snapshot, dev: int, blocks: list, phase) -> tuple[tuple[KeptSite, ...], int]:  # type: ignore[no-untyped-def]
-    """Sites holding more live blocks from before the last optimizer step than a step allocates there, and
-    how many optimizer-step boundaries the trace shows (no boundary: nothing can be dated)."""
-    trace = device_trace(snap, dev)
-    if not len(trace) or "alloc" not in trace.actions:
+def _kept_sites(snap: Snapshot, dev: int, blocks: list, phase) -> tuple[tuple[KeptSite, ...], int, tuple[KeptSite, ...]]:  # type: ignore[no-untyped-def]
+    """Sites holding more live blocks from before the last optimizer step than a step allocates there, how
+    many optimizer-step boundaries the trace shows (no boundary: nothing can be dated), and the sites kept
+    batch after batch since the last one (``_kept_by_batches``)."""
+    found = _trace_to_oom(snap, dev)
+    if found is None:
         return (), 0, ()
-    end = oom_index(trace)
-    end = len(trace) if end is None else end
-    action = np.asarray(trace.action[:end])
-    stack = np.asarray(trace.stack[:end])
-    allocs = np.nonzero(action == trace.actions.index("alloc"))[0]
-    if not len(allocs):
-        return (), 0, ()
-    bounds = _step_starts(trace, stack, allocs)
-    if not bounds:
-        return (), 0, ()
+    trace, end, stack, allocs, bounds = found
     last = bounds[-1]
     addr = np.asarray(trace.addr[:end])[allocs]
     size = np.asarray(trace.size[:end])[allocs]
