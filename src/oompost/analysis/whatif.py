@@ -30,7 +30,7 @@ def what_if(ctx: Context, label: str, **overrides: Any) -> WhatIf | None:
     try:
         ts = make_train_setup(ctx.setup, **overrides)
         return WhatIf(label, overrides, estimate(ctx.spec, ts, device_bytes=ctx.limit_bytes,
-                                                    allocator_cap=ctx.allocator_cap))
+                                                 allocator_cap=ctx.allocator_cap))
     except (TypeError, ValueError):
         return None
 

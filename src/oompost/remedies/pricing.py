@@ -46,7 +46,7 @@ class Pricer:
         if key not in self._cache:
             try:
                 self._cache[key] = estimate(self.ctx.spec, ts, device_bytes=self.ctx.limit_bytes,
-                                                 allocator_cap=self.ctx.allocator_cap)
+                                            allocator_cap=self.ctx.allocator_cap)
             except (TypeError, ValueError):
                 self._cache[key] = None
         est = self._cache[key]
