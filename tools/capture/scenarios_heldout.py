@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1783,3 +1783,27 @@ def twenty_fourth_set() -> list[Scenario]:
                                                                   k + ["--val_loss_no_grad"]),
                               gpu_gib=8.5, host_gib=8, capture=False, timeout=240))],
         priority=240)]
+
+
+def twenty_fifth_set() -> list[Scenario]:
+    """The twenty-fifth set (2026-12-05, thirteenth session): host RAM filled by a DataLoader tuned for speed
+    (8 workers, prefetch_factor 8, pin_memory=True, 200 MiB batches) inside a 6 GiB container.  Defined before
+    it ran and scored as it came."""
+    base = ["6G", "python3", "{here}/pinned_loader.py", "--batch_size", "64", "--image_size", "512",
+            "--max_steps", "40", "--emulate_card", "rtx4090"]
+    return [Scenario(
+        "host_oom_pinned_prefetch_loader_cgroup_6g",
+        "An image-classification loop (a small CNN on random 512 x 512 images) whose DataLoader runs 8 workers "
+        "with prefetch_factor 8 and pin_memory=True in a container limited to 6 GiB of host RAM: 64 batches of "
+        "200 MiB in flight, plus their page-locked copies, exceed the limit. With 2 workers, prefetch_factor 2 "
+        "and pin_memory=False the same run completes under the same limit.",
+        {"cause": "host_oom", "sub_cause": None,
+         "why": "the DataLoader's in-flight batches and pinned copies exceed the container's 6 GiB of host RAM; "
+                "with 2 workers, prefetch 2 and no pinning the run completes under the same limit"},
+        Run("bash", "cgroup_run.sh", base + ["--num_workers", "8", "--prefetch_factor", "8", "--pin_memory", "true"],
+            gpu_gib=4, host_gib=8, capture=False, timeout=240),
+        counterfactuals=[("2 workers, prefetch_factor 2, pin_memory=False (same 6 GiB limit)",
+                          Run("bash", "cgroup_run.sh",
+                              base + ["--num_workers", "2", "--prefetch_factor", "2", "--pin_memory", "false"],
+                              gpu_gib=4, host_gib=8, capture=False, timeout=240))],
+        priority=250)]
