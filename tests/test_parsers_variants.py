@@ -906,3 +906,22 @@ def test_a_cpp_bad_alloc_is_host_memory(line):
 def test_an_unread_oom_line_names_no_timestamp_as_its_exception(line, exc):
     (o,) = parse_text(line + "\n").ooms
     assert o.exception == exc
+
+
+# sample_logs/host_oom_pinned_prefetch_loader_cgroup_6g: a training loop's DataLoader (8 workers, prefetch 8, pinned)
+# killed in a 6 GiB container at its first batch; nothing offloaded, nothing loading: the fix names the loader first
+def test_a_kill_inside_a_training_loop_names_the_dataloader_first(tmp_path):
+    log = Path(__file__).parent.parent / "sample_logs" / "host_oom_pinned_prefetch_loader_cgroup_6g" / "run.log"
+    r = oompost.analyze([str(log)])
+    assert r.cause == "host_oom"
+    keys = [x.key for x in r.findings[0].fixes]
+    assert keys[0].startswith("DataLoader num_workers") and keys[-1].startswith("more host RAM")
+    # the same kill while a model's shards load keeps the loading advice, not the loader's (the bar is a loading bar)
+    loading = tmp_path / "loading.log"
+    loading.write_text(log.read_text().replace("train:   0%|          | 0/40 [00:00<?, ?it/s]",
+                                               "Loading checkpoint shards:  50%|█████     | 1/2 [00:10<00:10, "
+                                               "10.00s/it]"))
+    assert "Loading checkpoint shards" in loading.read_text()
+    r2 = oompost.analyze([str(loading)])
+    assert r2.cause == "host_oom"
+    assert not any(x.key.startswith("DataLoader num_workers") for x in r2.findings[0].fixes)
