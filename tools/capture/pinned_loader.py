@@ -23,6 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
 
+from loop_setup import add_scenario_args, start_scenario  # noqa: E402
+
 
 def main() -> int:
     p = argparse.ArgumentParser()
@@ -34,22 +36,14 @@ def main() -> int:
     p.add_argument("--pin_memory", default="true", choices=["true", "false"],
                    help="scenario: DataLoader(pin_memory=...)")
     p.add_argument("--max_steps", type=int, default=40)
-    p.add_argument("--emulate_card", default=None, help="scenario: cap memory like this card (cards.py)")
-    p.add_argument("--oompost_capture", default=None, help="dir: dump a memory snapshot at the OOM")
-    p.add_argument("--max_entries", type=int, default=15000)
+    add_scenario_args(p)
     args = p.parse_args()
 
     import torch
     from torch import nn
     from tqdm import tqdm
 
-    from cards import apply_limit
-
-    if args.oompost_capture:
-        import oompost.record
-
-        oompost.record.enable(args.oompost_capture, max_entries=args.max_entries)
-    apply_limit(args.emulate_card, None, print)
+    start_scenario(args)
 
     class RandomImages(torch.utils.data.Dataset):
         def __len__(self) -> int:
