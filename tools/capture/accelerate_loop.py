@@ -26,6 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
 
+from loop_setup import add_scenario_args  # noqa: E402
+
 
 def main() -> int:
     p = argparse.ArgumentParser()
@@ -40,9 +42,7 @@ def main() -> int:
     p.add_argument("--learning_rate", type=float, default=5e-5)
     p.add_argument("--keep_eval_logits", default="none", choices=["none", "gpu", "argmax_cpu"],
                    help="scenario: what the evaluation keeps of each batch's logits for a token accuracy")
-    p.add_argument("--emulate_card", default=None, help="scenario: cap memory like this card (cards.py)")
-    p.add_argument("--oompost_capture", default=None, help="dir: dump a memory snapshot at the OOM")
-    p.add_argument("--max_entries", type=int, default=30000)
+    add_scenario_args(p, max_entries=30000)
     args = p.parse_args()
 
     import torch
@@ -66,7 +66,7 @@ def main() -> int:
         oompost.record.enable(args.oompost_capture, max_entries=args.max_entries)
     accelerator = Accelerator(gradient_accumulation_steps=args.gradient_accumulation_steps)
     logger.info(accelerator.state, main_process_only=False)
-    apply_limit(args.emulate_card, None, accelerator.print)
+    apply_limit(args.emulate_card, args.memory_limit_gib, accelerator.print)
     set_seed(42)
     cfg = hf_config(args.model)
     model = AutoModelForCausalLM.from_config(cfg)

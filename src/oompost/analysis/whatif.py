@@ -37,3 +37,12 @@ def what_if(ctx: Context, label: str, **overrides: Any) -> WhatIf | None:
 
 def fits(w: WhatIf | None, limit: int | None, margin: float = 0.95) -> bool:
     return w is not None and limit is not None and w.peak <= margin * limit
+
+
+def fit_words(w: WhatIf, limit: int | None, too_large: str = "still too large") -> str:
+    """How a what-if's peak sits against the limit, in a fix's words: "fits" (``fits``' margin), "tight" (under
+    the limit by less than that margin), or ``too_large``."""
+    if fits(w, limit):
+        return "fits"
+    return "tight: under the limit by less than 5 %" if limit and w.peak <= limit else too_large
+

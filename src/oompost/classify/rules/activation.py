@@ -19,7 +19,7 @@ from __future__ import annotations
 from ...analysis.context import Context, iterations_before_oom
 from ...analysis.phase import Phase
 from ...analysis.steps import larger_step, leak_trend, max_peak_allocated, noun
-from ...analysis.whatif import fits, what_if
+from ...analysis.whatif import fit_words, what_if
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b, headroom, limit_label, oom_refs
 from ._runtimes import runtime_fixes
@@ -148,9 +148,7 @@ class ActivationSpike:
         def pred(w) -> str:  # type: ignore[no-untyped-def]
             if w is None:
                 return ""
-            words = ("fits" if fits(w, L) else "tight: under the limit by less than 5 %" if L and w.peak <= L
-                     else "still too large")
-            return f"; predicted peak {b(w.peak)} ({words})"
+            return f"; predicted peak {b(w.peak)} ({fit_words(w, L)})"
 
         if sub == "kv_cache":
             out.append(Fix("code", "generation batch size", "halve it (or cap max_new_tokens)",

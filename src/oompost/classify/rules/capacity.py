@@ -30,7 +30,7 @@ from dataclasses import replace
 from ...analysis.context import Context, iterations_before_oom
 from ...analysis.phase import Phase
 from ...analysis.steps import noun
-from ...analysis.whatif import WhatIf, fits, what_if
+from ...analysis.whatif import WhatIf, fit_words, what_if
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import CAPACITY_FROM_SCRATCH, CAPACITY_NO_DEEPSPEED, HOLD, SERVING_CAPACITY_FIXES, b, headroom, limit_label, oom_refs
 from ._runtimes import runtime_fixes, runtime_not_fixes
@@ -216,8 +216,6 @@ def _priced(ctx: Context, why: str, w: WhatIf | None, what: str = "") -> str:
     """``why`` with the what-if's predicted peak against the limit, when the memory model could price it."""
     if w is None:
         return why
-    L = ctx.limit_bytes
-    verdict = ("fits" if fits(w, L) else "tight: under the limit by less than 5 %" if L and w.peak <= L
-               else "still does not fit")
+    verdict = fit_words(w, ctx.limit_bytes, too_large="still does not fit")
     host = f", host RAM {b(w.estimate.host_bytes)}" if w.estimate.host_bytes else ""
     return f"{why}; {what + ': ' if what else ''}predicted peak {b(w.peak)} ({verdict}{host})"

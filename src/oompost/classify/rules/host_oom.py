@@ -172,15 +172,16 @@ class HostOom:
                              "otherwise every local rank materialises a full CPU copy of the model"))
         elif loading and not ray and not pinned and not workers:
             fixes.append(LOAD_LEAN)
-        if not fixes and not loading and ctx.evidence.fact("cue.training_progress") is not None:
-            # a training loop was running with nothing offloaded: its DataLoader is what holds host memory (a
-            # captured 8-worker, prefetch-8, pinned loader was killed in a 6 GiB container at its first batch)
+        # a training loop was running with nothing offloaded: its DataLoader is what holds host memory (a captured
+        # 8-worker, prefetch-8, pinned loader was killed in a 6 GiB container at its first batch)
+        in_loop = not fixes and not loading and ctx.evidence.fact("cue.training_progress") is not None
+        if in_loop:
             fixes.append(Fix("code", "DataLoader num_workers / prefetch_factor / pin_memory",
                              "fewer workers (e.g. 2), prefetch_factor 2, pin_memory=False",
                              "each worker keeps its own copy of the dataset and prefetch_factor batches in host "
                              "memory, and pinning copies every batch into page-locked RAM a container counts in "
                              "full"))
-        if not fixes or fixes[-1].key.startswith("DataLoader num_workers"):
+        if not fixes or in_loop:
             fixes.append(Fix("code", "more host RAM (or swap), or less held on the host", "",
                              "the GPU did not run out: the host did"))
         return [Finding(
