@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1807,3 +1807,69 @@ def twenty_fifth_set() -> list[Scenario]:
                               base + ["--num_workers", "2", "--prefetch_factor", "2", "--pin_memory", "false"],
                               gpu_gib=4, host_gib=8, capture=False, timeout=240))],
         priority=250)]
+
+
+def twenty_sixth_set() -> list[Scenario]:
+    """The twenty-sixth set (2026-12-05, fourteenth session): what forum threads ask about and no capture did —
+    feature extraction that grows one tensor with torch.cat on the GPU, an HF Trainer whose evaluation batch is
+    16 times its training batch, and a full fine-tune whose script prints torch.cuda.memory_summary() when it
+    catches the OOM.  Defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- leak, torch.cat feature bank, 12 GB
+    e = ["--model", "bert-large", "--batch_size", "64", "--seq_len", "512", "--num_samples", "6400",
+         "--emulate_card", "rtx3060-12g"]
+    s.append(Scenario(
+        "leak_bert_large_embedding_cat_extract_3060_12g",
+        "Feature extraction with a BERT-large-shaped encoder (fp32, torch.no_grad) over 100 batches of 64 x 512 "
+        "tokens on a 12 GB RTX 3060, each batch's last_hidden_state (128 MiB) concatenated onto one tensor with "
+        "torch.cat on the GPU: the tensor grows every batch until the card is full. Moving each batch to the "
+        "host and concatenating once at the end, the same run completes under the same cap.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "memory kept across iterations grows by one batch's features (128 MiB) every batch until the OOM; "
+                "with the features moved to the host the run completes under the same cap"},
+        Run("python", "embed_extract.py", e + ["--keep", "gpu"], gpu_gib=12.5, host_gib=8, timeout=240),
+        counterfactuals=[("features moved to the host, one torch.cat at the end (same cap)",
+                          Run("python", "embed_extract.py", e + ["--keep", "cpu"], gpu_gib=12.5, host_gib=30,
+                              capture=False, timeout=300))],
+        priority=260))
+
+    # ---------------------------------------------------------------- activation_spike, Trainer eval batch, 24 GB
+    t = ["--model", "qwen2.5-0.5b", "--max_seq_length", "1024", "--per_device_train_batch_size", "4",
+         "--num_eval_samples", "128", "--eval_strategy", "steps", "--eval_steps", "4", "--max_steps", "8",
+         "--prediction_loss_only", "--emulate_card", "rtx3090", "--output_dir", "{job}/hf_out",
+         "--optim", "adamw_torch", "--log_level", "info"] + _HF
+    s.append(Scenario(
+        "activation_spike_qwen2.5_0.5b_trainer_eval_batch64_3090_24g",
+        "HF Trainer fine-tune of a Qwen2.5-0.5B-shaped model (bf16, 151,936-token vocabulary) on a 24 GB RTX "
+        "3090 at 4 x 1,024 tokens, evaluating every 4 steps with per_device_eval_batch_size 64 (loss only): "
+        "training fits, the first evaluation batch's logits (64 x 1,024 x 151,936) do not. With "
+        "per_device_eval_batch_size 4 the same run completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states and the training batch fit; one evaluation batch of 64 sequences needs its "
+                "logits and their fp32 upcast at once; evaluation batch 4 completes under the same cap"},
+        Run("python", "hf_trainer.py", t + ["--per_device_eval_batch_size", "64"], gpu_gib=24.5, host_gib=12,
+            timeout=300, max_entries=30000),
+        counterfactuals=[("per_device_eval_batch_size 4 (same cap)",
+                          Run("python", "hf_trainer.py", t + ["--per_device_eval_batch_size", "4"], gpu_gib=24.5,
+                              host_gib=12, capture=False, timeout=300))],
+        priority=261))
+
+    # ---------------------------------------------------------------- capacity, memory_summary() printed, 24 GB
+    c = ["--model", "pythia-1.4b", "--steps", "10", "--emulate_card", "rtx4090", "--summary_on_oom"]
+    s.append(Scenario(
+        "capacity_pythia1.4b_fp32_adamw_memory_summary_tutorial_4090_24g",
+        "Full fine-tune of a Pythia-1.4B-shaped GPT-NeoX model (fp32 weights, bf16 autocast, AdamW) on a 24 GB "
+        "RTX 4090 at 4 x 512 tokens, with a script that prints torch.cuda.memory_summary() when it catches the "
+        "OOM: weights, gradients and two Adam moments (1.41B x 16 bytes = 21 GiB) leave no room for the "
+        "optimizer step. At 1 x 32 tokens the same run fails the same way.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "1.41B parameters x 16 bytes (fp32 weights, gradients, exp_avg, exp_avg_sq) = 21 GiB of 23.65 GiB "
+                "before the optimizer's own temporaries, whatever the batch"},
+        Run("python", "tutorial_loop.py", c + ["--batch_size", "4", "--max_len", "512"], gpu_gib=24.5, host_gib=8,
+            timeout=240, max_entries=100000),
+        counterfactuals=[("batch 1 x 32 tokens (same cap)",
+                          Run("python", "tutorial_loop.py", c + ["--batch_size", "1", "--max_len", "32"],
+                              gpu_gib=24.5, host_gib=8, capture=False, timeout=240))],
+        priority=262))
+    return s

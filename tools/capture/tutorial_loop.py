@@ -65,6 +65,8 @@ def main() -> int:
                    help="scenario: directory for torch.cuda.memory._dump_snapshot at the OOM (plain torch, "
                         "not oompost.record)")
     p.add_argument("--max_entries", type=int, default=100000)
+    p.add_argument("--summary_on_oom", action="store_true",
+                   help="scenario: print torch.cuda.memory_summary() when the OOM is caught, as users do")
     p.add_argument("--dump_after", action="store_true",
                    help="scenario: print the OOM's traceback and dump the snapshot after the handler has let the "
                         "failing step's tensors go (default: dump inside the handler)")
@@ -164,6 +166,8 @@ def main() -> int:
     try:
         train()
     except torch.cuda.OutOfMemoryError:
+        if args.summary_on_oom:
+            print(torch.cuda.memory_summary(), flush=True)
         if not args.dump_after:
             if args.oompost_capture:
                 dump()                    # in the handler: the failing step's tensors are still alive
