@@ -925,3 +925,24 @@ def test_a_kill_inside_a_training_loop_names_the_dataloader_first(tmp_path):
     r2 = oompost.analyze([str(loading)])
     assert r2.cause == "host_oom"
     assert not any(x.key.startswith("DataLoader num_workers") for x in r2.findings[0].fixes)
+
+
+# bigscience-workshop/Megatron-DeepSpeed#384 (dev): 37,631.79 GiB on a 79.21 GiB card (475x) is a shape gone wrong
+# (a dataloader's batch read as a sequence), not a spike; the corpus's real spikes ask at most 25x their card
+def test_a_request_hundreds_of_times_the_card_is_a_wrong_shape():
+    r = oompost.analyze([str(CORPUS / "bigscience-workshop__Megatron-DeepSpeed__384" / "log.txt")])
+    assert r.cause == "config_error" and r.findings[0].code == "CFG004"
+    assert r.findings[0].fixes[0].key == "check the inputs of the failing call"
+    assert "shapes" in r.findings[0].settle[0]
+    # TMElyralab/MusePose#20 (dev): 243 GiB on a 16 GiB card (15x) is a spike a reader decides as such
+    r = oompost.analyze([str(CORPUS / "TMElyralab__MusePose__20" / "log.txt")])
+    assert "CFG004" not in {f.code for f in r.findings}
+
+
+# horovod/horovod#676 (dev): TensorFlow's form of two processes on one GPU, after the allocations it caused
+def test_tensorflow_s_device_mapped_twice_is_two_ranks_on_one_gpu():
+    path = CORPUS / "horovod__horovod__676" / "log.txt"
+    assert [f.kind for f in parse_text(path.read_text()).failures] == [FailureKind.DUPLICATE_GPU]
+    r = oompost.analyze([str(path)])
+    assert r.cause == "config_error" and r.sub_cause == "duplicate_gpu"
+    assert r.findings[0].fixes[0].key == "gpu_options.visible_device_list"

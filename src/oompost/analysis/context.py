@@ -109,9 +109,15 @@ class Context:
     def keeping_loop(self) -> Frame | None:
         """The frame of the HF Trainer's evaluation (or legacy prediction) loop the failing allocation runs in:
         it keeps every batch's outputs on the GPU until the loop ends unless eval_accumulation_steps is set, so
-        the kept set grows batch after batch, whichever allocation then fails.  None outside such a loop."""
+        the kept set grows batch after batch, whichever allocation then fails.  None outside such a loop, and
+        when the failing request is larger than everything allocated."""
         o = self.oom
         if o is None:
+            return None
+        if o.requested_bytes and o.allocated_bytes is not None and o.allocated_bytes < o.requested_bytes:
+            # everything live, kept outputs included, is smaller than this one allocation of the current batch:
+            # the loop cannot yet hold even one batch of what fails, so the batch's own demand is what outgrew
+            # the limit (an evaluation batch far larger than the training batch), not a kept set
             return None
         return next((fr for fr in o.stack.frames if fr.name in ("evaluation_loop", "prediction_loop")
                      and "trainer" in fr.filename.replace("\\", "/").rsplit("/", 1)[-1]), None)

@@ -19,7 +19,9 @@ An evaluation loop has no optimizer step to date blocks by, but what it keeps
 is allocated where it keeps it: the buffer into which every batch's outputs
 are concatenated (the HF Trainer's ``nested_concat`` /
 ``torch_pad_and_concatenate``, ``torch.cat(all_logits)``) is live at the OOM,
-whichever allocation failed.  That buffer only grows, batch after batch.
+whichever allocation failed.  That buffer only grows, batch after batch — and
+the trace shows it growing even where no frame names it: one site whose
+successive allocations grow by the same step (``x = torch.cat((x, out))``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ _STEP_PHASES = frozenset((Phase.FORWARD, Phase.LOGITS, Phase.LOSS, Phase.GENERAT
 _OPTIMIZER_FILES = ("/optim/", "/optimizers/", "deepspeed/ops/adam", "transformers/optimization")
 MIN_KEPT = 3                                  # blocks from one site: more than a variable holding one output
 MATERIAL_SHARE = 0.05                         # kept memory that much of the live memory: the leak holds
+GROWTH_MIN = 4                                # allocations of one site, each larger by the same step: a growing cat
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,7 @@ class Concatenated:
     label: str                                # the frame that concatenates per-batch outputs (stack_label)
     bytes: int                                # live bytes it holds at the OOM
     blocks: int
+    step: int = 0                             # the trace shows it grow by this much per allocation (0: not read)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +127,7 @@ def retention(snap: Snapshot) -> Retention | None:
     dev = oom_device(snap)
     blocks = live_blocks_at_oom(snap)
     live = sum(blk.size for blk in blocks)
-    cat = _concatenated(blocks, block_phase, live)
+    cat = _concatenated(blocks, block_phase, live) or _growing_buffer(snap, dev, blocks, live)
     sites, bounds, batch = _kept_sites(snap, dev, blocks, block_phase)
     if not sites and not batch and cat is None:
         return None
@@ -145,6 +149,44 @@ def _concatenated(blocks: list, phase, live: int) -> Concatenated | None:  # typ
         return None
     lab, size = max(by.items(), key=lambda kv: (kv[1], kv[0]))
     return Concatenated(lab, size, n[lab]) if size >= MATERIAL_SHARE * live else None
+
+
+def _growing_buffer(snap: Snapshot, dev: int, blocks: list, live: int) -> Concatenated | None:  # type: ignore[no-untyped-def]
+    """A tensor concatenated onto itself batch after batch (``x = torch.cat((x, out))``), read off the trace
+    where no frame's code shows it (a snapshot's frames carry none): one allocation site whose last GROWTH_MIN
+    allocations each grow by the same step (one batch's output, within 5%), each earlier one freed, and whose
+    latest is live at the OOM and a material share of live memory.  A KV cache grows the same way during
+    generation: that is the generation's own demand, not a kept set, and is left out."""
+    big = [blk for blk in blocks if blk.frames and blk.size >= MATERIAL_SHARE * live
+           and block_phase(blk.frames) is not Phase.GENERATION and not _is_optimizer(blk.frames)
+           and not any("cache_utils" in f.filename for f in blk.frames)]
+    if not big:
+        return None
+    trace = device_trace(snap, dev)
+    if not len(trace) or "alloc" not in trace.actions:
+        return None
+    end = oom_index(trace)
+    end = len(trace) if end is None else end
+    act = np.asarray(trace.action[:end])
+    allocs = np.nonzero(act == trace.actions.index("alloc"))[0]
+    addr = np.asarray(trace.addr[:end])
+    stack = np.asarray(trace.stack[:end])
+    size = np.asarray(trace.size[:end])
+    for blk in sorted(big, key=lambda x: -x.size):
+        at = allocs[addr[allocs] == blk.address]
+        if not len(at):
+            continue
+        st = int(stack[at[-1]])
+        if st == 0:
+            continue
+        series = size[allocs[(stack[allocs] == st) & (allocs <= at[-1])]].astype(np.int64)[-GROWTH_MIN:]
+        if len(series) < GROWTH_MIN:
+            continue
+        steps = np.diff(series)
+        if steps.min() <= 0 or steps.max() > 1.05 * steps.min():
+            continue
+        return Concatenated(stack_label(trace.stacks[st]), int(blk.size), 1, int(steps.min()))
+    return None
 
 
 def _kept_sites(snap: Snapshot, dev: int, blocks: list, phase) -> tuple[tuple[KeptSite, ...], int, tuple[KeptSite, ...]]:  # type: ignore[no-untyped-def]

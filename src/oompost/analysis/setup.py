@@ -35,6 +35,7 @@ class RunSetup:
     world_size: Value | None = None
     fsdp: bool = False                         # model states sharded by FSDP (not priced by the memory model)
     micro_batch: Value | None = None
+    eval_batch: Value | None = None            # the evaluation batch per device (HF's banner or arguments)
     grad_accum: Value | None = None
     seq_len: Value | None = None
     grad_ckpt: Value | None = None
@@ -164,7 +165,8 @@ def build_setup(ev: Evidence) -> RunSetup:
         deepspeed=deepspeed, ds_config=cfg, ds_config_ref=seen.ref if seen else None,
         ds_config_origin=seen.origin if seen else "", zero_stage=stage, offload_optimizer=offload_opt,
         offload_param=offload_par, dtype=dtype, world_size=world,
-        fsdp=not deepspeed and ev.fact("cue.fsdp") is not None, micro_batch=micro, grad_accum=gas, seq_len=seq,
+        fsdp=not deepspeed and ev.fact("cue.fsdp") is not None, micro_batch=micro,
+        eval_batch=_fact(ev, "train.per_device_eval_batch_size"), grad_accum=gas, seq_len=seq,
         grad_ckpt=ckpt, attn=attn, lora_r=lora, model_params=params, trainable_params=trainable,
         deepspeed_version=ev.fact_value("deepspeed.version") or None,
         torch_version=ev.fact_value("torch.version") or None, ds=model)

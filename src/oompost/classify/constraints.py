@@ -14,11 +14,13 @@ a request of a petabyte or more is no tensor at all (CFG004): its size is corrup
 from __future__ import annotations
 
 from ..analysis.context import Context
+from ..analysis.logits import loss_demand
+from ..analysis.site_history import LARGER_BATCH, site_history
 from ..analysis.phase import Phase
 from ..analysis.steps import flat
 from .base import Cause
 from .rules._common import headroom
-from .rules.impossible_request import IMPOSSIBLE_BYTES
+from .rules.impossible_request import impossible_request
 
 
 def impossible_causes(ctx: Context) -> frozenset[Cause]:
@@ -29,6 +31,17 @@ def impossible_causes(ctx: Context) -> frozenset[Cause]:
         h = headroom(ctx)
         if h is not None and o.requested_bytes > o.reserved_unallocated_bytes + h:
             out.add(Cause.FRAGMENTATION)      # even one perfect block of all free memory is too small
+        demand = loss_demand(ctx)
+        if demand is None and ctx.snapshot is not None:
+            hist = site_history(ctx.snapshot, o.requested_bytes)
+            if hist is not None and hist.ratio >= LARGER_BATCH:
+                # a batch far larger than those the trace recorded: what the same forward needed after that line,
+                # scaled as the request was, is the phase's remaining demand
+                demand = hist.scaled_demand
+        if h is not None and demand is not None and demand > o.reserved_unallocated_bytes + h:
+            # the request is one batch's logits (or a batch far larger than the trace's earlier ones): what the
+            # phase still needs exceeds all free memory, however it were laid out (DESIGN.md: remaining demand)
+            out.add(Cause.FRAGMENTATION)
     # the steps logged up to the OOM hold allocated memory flat: nothing is kept from step to step (an
     # evaluation loop between the logged steps can still keep its outputs: not ruled out then)
     if (ctx.steps and flat(ctx.steps, ctx.limit_bytes) and _steps_reach_the_oom(ctx)
@@ -45,7 +58,7 @@ def impossible_causes(ctx: Context) -> frozenset[Cause]:
         # the failing allocation concatenates outputs kept from every earlier batch (LEAK002): the leak holds,
         # and DESIGN.md's order puts it before fragmentation and the causes of a step
         out |= {Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE}
-    if o is not None and o.requested_bytes and o.requested_bytes >= IMPOSSIBLE_BYTES:
+    if impossible_request(ctx):
         # no tensor is that large: the size was computed wrong (CFG004), whatever memory there was
         out |= {Cause.CAPACITY, Cause.LEAK, Cause.COMM_BUFFER, Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE}
     if _states_alone_exceed_the_limit(ctx) or _snapshot_states_fill_the_limit(ctx):

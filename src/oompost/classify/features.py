@@ -28,7 +28,7 @@ from ..model import FailureKind, OomKind
 from ..units import printed_rounding
 from ..analysis.shared_card import held_elsewhere
 from .base import Cause, Finding, Severity
-from .rules.impossible_request import IMPOSSIBLE_BYTES
+from .rules.impossible_request import IMPOSSIBLE_BYTES, impossible_request
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analysis.context import Context
@@ -202,6 +202,9 @@ def missing_evidence(ctx: "Context", cause: Cause | None = None) -> list[str]:
         # a corrupt size (CFG004): no memory figure settles it, the build does
         return ["the versions the failing extension was built for and runs with (torch.__version__, "
                 "torch.version.cuda, nvcc --version, TORCH_CUDA_ARCH_LIST) and its build log"]
+    if impossible_request(ctx):
+        # a shape hundreds of times the card (CFG004): the shapes the failing call received settle it
+        return ["the shapes of the failing call's inputs (batch and sequence dimensions), printed just before it"]
     if ctx.snapshot is None and ctx.oom is not None and runtime == "malloc_async":
         # cudaMallocAsync keeps no allocator history: _record_memory_history records nothing under it
         out.append("a memory snapshot of the OOM, taken with the native allocator (unset "

@@ -183,8 +183,12 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     # device than the one you're training on."
     (FailureKind.CONFIG_VALIDATION, ("on a different device than the one you're training on",),
      re.compile(r"loaded in \d+-bit precision on a different device than the one you're training on")),
-    (FailureKind.DUPLICATE_GPU, ("Duplicate GPU", "same GPU", "invalid device ordinal"),
-     re.compile(r"Duplicate GPU detected|on the same GPU|invalid device ordinal")),
+    # TensorFlow's form (Horovod, TensorFlowOnSpark): two processes' GPU:0 on one card, "AlreadyExistsError:
+    # TensorFlow device (GPU:0) is being mapped to multiple CUDA devices (0 now, and 1 previously)"
+    (FailureKind.DUPLICATE_GPU, ("Duplicate GPU", "same GPU", "invalid device ordinal", "AlreadyExistsError",
+                                 "mapped to multiple CUDA devices"),
+     re.compile(r"Duplicate GPU detected|on the same GPU|invalid device ordinal|mapped to multiple CUDA devices|"
+                r"AlreadyExistsError: TensorFlow device \(GPU:\d+\) is being")),
     (FailureKind.CONFIG_VALIDATION, ("compiled without GPU", "without GPU support", "No CUDA GPUs", "built in",
                                      "no NVIDIA driver", "not compatible with", "is not supported with",
                                      "cannot be used with", "is only supported", "must be divisible",

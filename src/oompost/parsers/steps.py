@@ -57,7 +57,8 @@ PARAMS = (
     re.compile(r"(?P<n>\d+(?:\.\d+)?)\s+(?P<u>billion|million)\s+(?:total\s+)?param(?:eter)?s\b", re.IGNORECASE),
 )
 TRAINABLE = re.compile(r"trainable params:\s*(?P<n>[\d,]+)|(?P<n2>[\d,]{7,}) trainable\b")
-KV_INT = re.compile(r"\b(?P<key>per_device_train_batch_size|train_micro_batch_size_per_gpu|micro_batch_size|"
+KV_INT = re.compile(r"\b(?P<key>per_device_train_batch_size|per_device_eval_batch_size|train_micro_batch_size_per_gpu|"
+                    r"micro_batch_size|"
                     r"gradient_accumulation_steps|max_seq_length|max_length|seq_len|sequence_length|block_size|"
                     r"model_max_length|max_steps|world_size|lora_r)\s*[=:]\s*(?P<v>\d+)\b")
 HF_BANNER = (
@@ -66,6 +67,9 @@ HF_BANNER = (
     (re.compile(r"Total train batch size \(w\. parallel, distributed & accumulation\) = (?P<v>\d+)"),
      "total_train_batch_size"),
 )
+# the HF Trainer's evaluation banner: "***** Running Evaluation *****", "  Num examples = 128", "  Batch size = 64"
+EVAL_BANNER = re.compile(r"\*{3,} Running (?:Evaluation|Prediction) \*{3,}")
+EVAL_BATCH = re.compile(r"(?:^|[\s:\]-])Batch size = (?P<v>\d+)\s*$")
 GRAD_CKPT = re.compile(r"gradient_checkpointing\s*[=:]\s*(?P<v>True|False|true|false|1|0)\b")
 GRAD_CKPT_ON = ("incompatible with gradient checkpointing", "Gradient checkpointing enabled",
                 "gradient_checkpointing_enable")
@@ -84,6 +88,7 @@ _BOOL = {"true": True, "1": True, "false": False, "0": False}
 
 # what any pattern below needs (the driver offers a line only when this matches)
 TRIGGERS = ("alloc", "reserved", "cached", "param", "Param", "PARAM", "per_device_train_batch_size", "micro_batch",
+            "per_device_eval_batch_size", "Running Evaluation", "Running Prediction", "Batch size = ",
             "gradient_accumulation_steps", "max_seq_length", "max_length", "seq_len", "sequence_length",
             "block_size", "model_max_length", "max_steps", "world_size", "lora_r", "Instantaneous batch size",
             "Gradient Accumulation steps", "Total train batch size", "gradient_checkpointing",
@@ -110,6 +115,7 @@ class StepParser:
         self._layouts: dict[bytes, tuple[_Layout | None, tuple[int, int] | None]] = {}
         # memory prints without a step number, by rank and line shape (the line with its numbers as #)
         self._prints: dict[tuple[int | None, str], collections.deque] = {}
+        self._eval_banner: int | None = None     # line number of the last HF evaluation banner
 
     # Step lines can be most of a 100 MB log.  They are kept cheaply (the last
     # KEEP of each rank, plus every 2**k-th earlier one within a bound) and parsed
@@ -333,6 +339,12 @@ class StepParser:
                    "seq_len": "max_seq_length", "sequence_length": "max_seq_length",
                    "block_size": "max_seq_length", "model_max_length": "max_seq_length"}.get(key, key)
             self._fact_once(f"train.{key}", int(m.group("v")), ln)
+        if "Running " in text and EVAL_BANNER.search(text):
+            self._eval_banner = ln.lineno
+        elif "Batch size = " in text and self._eval_banner is not None and ln.lineno - self._eval_banner <= 4:
+            m = EVAL_BATCH.search(text)
+            if m:
+                self._fact_once("train.per_device_eval_batch_size", int(m.group("v")), ln)
         if " = " in text:
             for rx, key in HF_BANNER:
                 m = rx.search(text)

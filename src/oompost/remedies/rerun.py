@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.context import Context
+from ..analysis.evaluation import EvalPass, evaluation_pass, smaller_eval_batch
 from ..analysis.whatif import WhatIf, fits
 from ..classify.base import Cause, Finding
 from ..units import fmt_bytes
@@ -43,7 +44,7 @@ class RerunPlan:
     breakdown: dict[str, int] = field(default_factory=dict)
     global_batch: tuple[int | None, int | None] = (None, None)     # per optimizer step, before → after
     overrides: dict[str, Any] | None = None                          # the priced change (estimator fields)
-    basis: str = "model"                                             # "model" (memory model) | "replay" | ""
+    basis: str = "model"                                 # "model" (memory model) | "replay" | "scaled" | ""
     assumed: tuple[str, ...] = ()                                    # the config a partial plan was priced for
 
     @property
@@ -87,6 +88,9 @@ def plan(ctx: Context, primary: Finding, pricer: Pricer | None = None) -> RerunP
         return None                # a server's flags (the finding's fixes), not trainer arguments or a ds_config
     if cause is Cause.FRAGMENTATION:
         _fragmentation(ctx, d)
+    elif cause is Cause.ACTIVATION_SPIKE and (ev := evaluation_pass(ctx)) is not None:
+        if not _eval_batch(ctx, ev, d):
+            return None
     elif cause is Cause.ACTIVATION_SPIKE:
         if not _batch_search(ctx, d, allow_ckpt=True):
             return None
@@ -131,6 +135,26 @@ def _fragmentation(ctx: Context, d: _Draft) -> None:
         d.predicted = ctx.estimate.predicted_peak_bytes
         d.notes.append("predicted peak from the memory model (no snapshot to replay)")
     d.notes.append("nothing else changes: the live memory fits, only its layout did not")
+
+
+def _eval_batch(ctx: Context, ev: EvalPass, d: _Draft) -> bool:
+    """An OOM inside evaluation: the evaluation batch, the largest halving whose scaled peak fits (the training
+    steps ran, so their settings stay).  No plan without the batch and the OOM's figures."""
+    found = smaller_eval_batch(ctx, ev, MARGIN)
+    if found is None:
+        return False
+    new, peak = found
+    key = "per_device_eval_batch_size" if ev.hf else "evaluation batch size"
+    d.args[key] = new
+    d.changes.append(f"{key} {ev.batch} → {new}: the evaluation batch's forward shrinks with it")
+    d.predicted, d.basis = peak, "scaled"
+    d.notes.append("predicted by scaling the failing allocation to the new batch"
+                   + (" (with the loss's fp32 temporaries)" if ev.logits_bytes_per_value else "")
+                   + " on top of everything live at the OOM; the training steps ran at their settings, which "
+                   "stay")
+    if ev.batch_inferred:
+        d.assumed = (f"evaluation batch {ev.batch} (inferred: the failing request is that many sequences' logits)",)
+    return True
 
 
 def _batch_search(ctx: Context, d: _Draft, allow_ckpt: bool) -> bool:

@@ -52,8 +52,10 @@ class ConfigError:
         if ctx.first_rank is not None:
             fails = [f for f in fails if f.rank in (ctx.first_rank, None)] or fails
         f = fails[0]
-        # an OOM printed before the config error on the same rank would make this a consequence
-        if ctx.oom is not None and ctx.oom.ref.source == f.ref.source and (ctx.oom.ref.line or 0) < (f.ref.line or 0):
+        # an OOM printed before the config error on the same rank would make this a consequence — except two
+        # processes on one GPU, whose allocations run each other out of memory before the framework notices
+        if (ctx.oom is not None and ctx.oom.ref.source == f.ref.source and (ctx.oom.ref.line or 0) < (f.ref.line or 0)
+                and f.kind is not FailureKind.DUPLICATE_GPU):
             return []
         signals = [("the run stopped on a configuration error", 0.8)]
         fixes: list[Fix] = []
@@ -64,8 +66,13 @@ class ConfigError:
         sched = _SCHEDULER.search(msg)
         if f.kind is FailureKind.DUPLICATE_GPU or "Duplicate GPU" in msg + (f.last_error or ""):
             title, sub = "Two ranks were started on the same GPU", "duplicate_gpu"
-            fixes.append(Fix("code", "torch.cuda.set_device", "int(os.environ['LOCAL_RANK'])",
-                             "each process must select its own GPU before init_process_group"))
+            if "TensorFlow device" in msg:
+                fixes.append(Fix("code", "gpu_options.visible_device_list", "str(hvd.local_rank())",
+                                 "each TensorFlow process must see only its own GPU (or set CUDA_VISIBLE_DEVICES "
+                                 "per process)"))
+            else:
+                fixes.append(Fix("code", "torch.cuda.set_device", "int(os.environ['LOCAL_RANK'])",
+                                 "each process must select its own GPU before init_process_group"))
         elif c.batch is not None:
             _, micro, gas, ws = c.batch
             want = int(micro * gas * ws)

@@ -57,14 +57,17 @@ def _in_the_snapshot(ctx: Context) -> _Reading | None:
         return None
     where = cat.label.rsplit("/", 1)[-1]
     share = cat.bytes / r.live_bytes if r.live_bytes else 0.0
+    grown = (f"; the trace shows it re-allocated larger by {b(cat.step)} each time, one batch's outputs "
+             "concatenated onto the whole") if cat.step else ""
     return _Reading((f"{b(cat.bytes)} of live memory ({100 * share:.0f}%) is the buffer per-batch outputs are "
                      f"concatenated into ({where}) at the OOM", 0.55),
                     (("concatenated outputs at the OOM",
                       f"{b(cat.bytes)} in {cat.blocks} block(s), {100 * share:.0f}% of {b(r.live_bytes)} live"),
-                     ("allocated at", where)), "transformers" in cat.label,
+                     ("allocated at", where))
+                    + ((("grows per batch (trace)", b(cat.step)),) if cat.step else ()), "transformers" in cat.label,
                     f"At the OOM, {b(cat.bytes)} of live memory is the buffer every batch's outputs are concatenated "
-                    f"into ({where}): it grows with every batch until the next allocation, whatever it is, no longer "
-                    "fits, however small the batch.")
+                    f"into ({where}){grown}: it grows with every batch until the next allocation, whatever it is, "
+                    "no longer fits, however small the batch.")
 
 
 def _inside_the_loop(ctx: Context) -> _Reading | None:

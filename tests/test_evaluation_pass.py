@@ -1,0 +1,143 @@
+"""An OOM in an evaluation pass whose batch is far larger than the training batch (a real HF Trainer capture:
+training at 4 x 1,024 tokens fits, the first evaluation batch of 64 does not), and a buffer concatenated onto
+itself batch after batch read from a snapshot's trace alone (a real feature-extraction capture)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from oompost.analysis.context import build_context
+from oompost.analysis.evaluation import evaluation_pass, scaled_peak, smaller_eval_batch
+from oompost.analysis.retention import retention
+from oompost.analysis.site_history import site_history
+from oompost.classify.base import Cause
+from oompost.classify.constraints import impossible_causes
+from oompost.parsers import parse_paths
+from oompost.parsers.snapshot import load_snapshot
+from sample_cache import analyzed
+
+SAMPLES = Path(__file__).parent.parent / "sample_logs"
+EVAL = SAMPLES / "activation_spike_qwen2.5_0.5b_trainer_eval_batch64_3090_24g"
+CAT = SAMPLES / "leak_bert_large_embedding_cat_extract_3060_12g"
+SNAP = "snapshot_rank0_oom.pickle.gz"
+GiB = 2**30
+
+
+def _ctx(*paths: Path):  # type: ignore[no-untyped-def]
+    return build_context(parse_paths([str(p) for p in paths]))
+
+
+def _log_without(tmp_path: Path, drop: str) -> Path:
+    out = tmp_path / "run.log"
+    out.write_text("".join(ln for ln in (EVAL / "run.log").read_text().splitlines(True) if drop not in ln))
+    return out
+
+
+def test_the_evaluation_banner_s_batch_is_read_and_the_training_banner_s_is_not():
+    ev = parse_paths([str(EVAL / "run.log")])
+    assert ev.fact("train.per_device_eval_batch_size").value == 64
+    assert ev.fact("train.per_device_train_batch_size").value == 4
+    # the tutorial loop prints "  Batch size = 8" under "***** Running training *****": not an evaluation batch
+    tut = parse_paths([str(SAMPLES / "leak_pythia410m_retain_graph_running_loss_tutorial_t4_16g" / "run.log")])
+    assert "Batch size = " in (SAMPLES / "leak_pythia410m_retain_graph_running_loss_tutorial_t4_16g" /
+                               "run.log").read_text()
+    assert tut.fact("train.per_device_eval_batch_size") is None
+
+
+def test_an_evaluation_loop_holding_less_than_the_request_keeps_no_batch():
+    ctx = _ctx(EVAL / "run.log")
+    # the OOM is inside the HF Trainer's evaluation_loop, but 2.95 GiB allocated < the 18.55 GiB request
+    assert ctx.oom.allocated_bytes < ctx.oom.requested_bytes
+    assert ctx.keeping_loop is None and not ctx.growth_shown
+    assert Cause.LEAK in impossible_causes(ctx)
+    # the captures that do keep every batch's logits still count as keeping (allocated far above the request)
+    keeping = _ctx(SAMPLES / "leak_opt350m_trainer_eval_logits_3060_12g" / "run.log")
+    assert keeping.keeping_loop is not None
+
+
+def test_the_failing_request_is_exactly_one_evaluation_batch_s_logits():
+    ctx = _ctx(EVAL / "run.log")
+    ev = evaluation_pass(ctx)
+    assert ev is not None and ev.hf and ev.batch == 64 and ev.frame.name == "prediction_step"
+    assert ev.logits_bytes_per_value == 2            # 64 x 1,024 x 151,936 x 2 bytes
+    # with the loss's fp32 temporaries still to come, no layout of the free memory holds the phase
+    assert Cause.FRAGMENTATION in impossible_causes(ctx)
+
+
+def test_no_evaluation_pass_in_a_training_step():
+    for case in ("activation_spike_long_batch", "capacity_qwen2.5_3b_fp32_trainer_3090_24g"):
+        assert evaluation_pass(_ctx(SAMPLES / case / "run.log")) is None, case
+
+
+def test_a_smaller_evaluation_batch_is_priced_by_scaling_the_failing_allocation():
+    ctx = _ctx(EVAL / "run.log")
+    ev = evaluation_pass(ctx)
+    # live 2.95 GiB + 18.55 GiB x 5 (logits, fp32 copy, log-softmax) x new / 64
+    assert scaled_peak(ctx, ev, 8) == pytest.approx(ctx.oom.allocated_bytes + ctx.oom.requested_bytes * 5 / 8)
+    new, peak = smaller_eval_batch(ctx, ev)
+    assert new == 8 and peak <= 0.9 * ctx.limit_bytes < scaled_peak(ctx, ev, 16)
+
+
+def test_the_verdict_names_the_evaluation_batch_and_not_the_training_knobs():
+    r = analyzed(str(EVAL / "run.log"))
+    assert r.cause == "activation_spike" and r.confidence >= 0.8
+    top = r.findings[0]
+    assert top.code == "ACT001" and "evaluation batch" in top.title
+    assert r.rerun is not None and r.rerun.trainer_args == {"per_device_eval_batch_size": 8}
+    assert r.rerun.predicted_peak_bytes < r.rerun.device_bytes
+    nots = {n.what for n in r.not_worth}
+    assert {"gradient checkpointing", "eval_accumulation_steps"} <= nots
+    assert not any(f.fix.key in ("gradient_checkpointing", "per_device_train_batch_size") for f in r.fixes)
+
+
+def test_the_snapshot_alone_reads_a_batch_sixteen_times_the_training_one():
+    snap = load_snapshot(str(EVAL / SNAP))
+    ctx = _ctx(EVAL / SNAP)
+    hist = site_history(snap, ctx.oom.requested_bytes)
+    # the lm_head line allocated 1.16 GiB in each training step the trace holds; the evaluation asks 18.55 GiB
+    assert hist.site.startswith("modeling_qwen2.py:") and hist.ratio == pytest.approx(16.0)
+    slack = ctx.oom.reserved_unallocated_bytes + (ctx.limit_bytes - ctx.oom.reserved_bytes)
+    assert hist.scaled_demand > slack
+    assert Cause.FRAGMENTATION in impossible_causes(ctx)
+    r = analyzed(str(EVAL / SNAP))
+    assert r.cause == "activation_spike"
+    assert any(f.fix.key == "per_device_eval_batch_size" and "16" in str(f.fix.value) for f in r.fixes)
+
+
+@pytest.mark.parametrize("case", ["fragmentation_unet_multires", "fragmentation_t5_dynamic_padding",
+                                  "activation_spike_long_batch"])
+def test_a_line_allocating_as_before_gives_no_larger_batch(case):
+    snap = load_snapshot(str(SAMPLES / case / SNAP))
+    ctx = _ctx(SAMPLES / case / SNAP)
+    hist = site_history(snap, ctx.oom.requested_bytes)
+    assert hist is None or hist.ratio < 4
+
+
+def test_a_tensor_concatenated_onto_itself_is_read_from_the_trace():
+    r = retention(load_snapshot(str(CAT / SNAP)))
+    assert r is not None and r.material and r.concatenated is not None
+    assert r.concatenated.step == 64 * 512 * 1024 * 4          # one batch's last_hidden_state, fp32
+    assert r.concatenated.bytes == 4 * GiB and r.concatenated.label.endswith("embed_extract.py:62 in main")
+    rep = analyzed(str(CAT / SNAP))
+    assert rep.cause == "leak"
+    assert any(n == ("grows per batch (trace)", "128.00 MiB") for n in rep.findings[0].numbers)
+
+
+def test_the_extraction_log_alone_is_a_leak_from_its_concatenation_line():
+    assert analyzed(str(CAT / "run.log")).cause == "leak"
+
+
+def test_without_the_banner_the_evaluation_batch_is_read_off_the_request(tmp_path):
+    # the evaluation banner gone (a pasted excerpt): 18.55 GiB at the logits is 64 sequences of 1,024 x 151,936
+    # bf16 values, so the batch is inferred — and said to be
+    log = _log_without(tmp_path, "Batch size = 64")
+    ctx = _ctx(log)
+    assert ctx.setup.eval_batch is None and ctx.keeping_loop is None
+    ev = evaluation_pass(ctx)
+    assert ev.batch == 64 and ev.batch_inferred and ev.logits_bytes_per_value == 2
+    r = analyzed(str(log))
+    assert r.cause == "activation_spike"
+    assert r.rerun.trainer_args == {"per_device_eval_batch_size": 8}
+    assert any("inferred" in a for a in r.rerun.assumed)
