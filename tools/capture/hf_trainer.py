@@ -43,6 +43,9 @@ def main() -> int:
                    help="causal-lm: compute_metrics=next-token accuracy from the gathered eval logits")
     p.add_argument("--preprocess_logits_argmax", action="store_true",
                    help="causal-lm: preprocess_logits_for_metrics keeps logits.argmax(-1) instead of the logits")
+    p.add_argument("--long_sample_step", type=int, default=None,
+                   help="scenario: the batch of this training step (sequential order) holds one long sample")
+    p.add_argument("--long_sample_len", type=int, default=16384, help="scenario: its length in tokens")
     args, rest = p.parse_known_args()
 
     import torch
@@ -74,8 +77,22 @@ def main() -> int:
 
         def __getitem__(self, i):
             g = torch.Generator().manual_seed(self.offset + i)
-            ids = torch.randint(0, cfg.vocab_size, (args.max_seq_length,), generator=g)
+            n = args.max_seq_length
+            if (args.long_sample_step and self.offset == 0
+                    and i == (args.long_sample_step - 1) * targs.per_device_train_batch_size):
+                n = args.long_sample_len
+            ids = torch.randint(0, cfg.vocab_size, (n,), generator=g)
             return {"input_ids": ids, "labels": ids.clone()}
+
+    def pad_collate(samples):
+        """Pads each batch to its longest sample (labels -100 on the padding), as DataCollatorForSeq2Seq does."""
+        n = max(len(x["input_ids"]) for x in samples)
+        ids = torch.zeros(len(samples), n, dtype=torch.long)
+        labels = torch.full((len(samples), n), -100, dtype=torch.long)
+        for k, x in enumerate(samples):
+            ids[k, : len(x["input_ids"])] = x["input_ids"]
+            labels[k, : len(x["labels"])] = x["labels"]
+        return {"input_ids": ids, "labels": labels}
 
     class RandomImages(torch.utils.data.Dataset):
         def __len__(self):
@@ -92,6 +109,11 @@ def main() -> int:
         def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
             out = model(input_ids=inputs["input_ids"], labels=inputs["labels"])
             return (out.loss, out) if return_outputs else out.loss
+
+        def _get_train_sampler(self, *a, **k):
+            if args.long_sample_step:          # the long sample's step is the one the scenario names
+                return torch.utils.data.SequentialSampler(self.train_dataset)
+            return super()._get_train_sampler(*a, **k)
 
     import contextlib
 
@@ -132,6 +154,7 @@ def main() -> int:
         trainer = Trainer(model=model, args=targs, train_dataset=RandomImages())
     else:
         trainer = CausalLMTrainer(model=model, args=targs, train_dataset=RandomTokens(),
+                                  data_collator=pad_collate if args.long_sample_step else None,
                                   eval_dataset=RandomTokens(args.num_eval_samples, 10**6)
                                   if args.num_eval_samples else None,
                                   compute_metrics=accuracy if args.compute_metrics else None,

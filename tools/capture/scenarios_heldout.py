@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1872,4 +1872,53 @@ def twenty_sixth_set() -> list[Scenario]:
                           Run("python", "tutorial_loop.py", c + ["--batch_size", "1", "--max_len", "32"],
                               gpu_gib=24.5, host_gib=8, capture=False, timeout=240))],
         priority=262))
+    return s
+
+
+def twenty_seventh_set() -> list[Scenario]:
+    """The twenty-seventh set (2026-12-05, fourteenth session): resuming from a torch.save'd state dict read whole
+    into a container's RAM (torch.load(map_location="cpu")), and an HF Trainer run whose twelfth step's batch
+    holds one 16,384-token sample among 1,024-token ones.  Defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- host_oom, torch.load into a 6 GiB cgroup
+    ck = "/tmp/oompost_ckpt_qwen2.5_1.5b"
+    load = ("python3 {here}/ckpt_load.py --prepare " + ck + " --model qwen2.5-1.5b && bash {here}/cgroup_run.sh 6G "
+            "python3 {here}/ckpt_load.py --load " + ck + " --model qwen2.5-1.5b --emulate_card a100-40g "
+            "--map_location ")
+    s.append(Scenario(
+        "host_oom_qwen2.5_1.5b_torch_load_cpu_cgroup_6g",
+        "Resuming a Qwen2.5-1.5B-shaped model (fp32, built on the GPU) from a torch.save'd state dict (6.2 GB) "
+        "with model.load_state_dict(torch.load(path, map_location='cpu')) in a container limited to 6 GiB of host "
+        "RAM: the whole checkpoint is read into host memory and the kernel's OOM killer kills the process. With "
+        "map_location='cuda' every tensor goes to the GPU as it is read and the same run completes.",
+        {"cause": "host_oom", "sub_cause": None,
+         "why": "the process is killed by the cgroup's OOM killer (no CUDA error) while torch.load reads a 6.2 GB "
+                "checkpoint into 6 GiB of host RAM; with map_location='cuda' it completes under the same limit"},
+        Run("bash", "command.sh", ["bash", "-c", load + "cpu"], gpu_gib=26, host_gib=8, capture=False,
+            timeout=300),
+        counterfactuals=[("torch.load(map_location='cuda') (same 6 GiB limit)",
+                          Run("bash", "command.sh", ["bash", "-c", load + "cuda"], gpu_gib=26, host_gib=8,
+                              capture=False, timeout=300))],
+        priority=270))
+
+    # ---------------------------------------------------------------- activation_spike, Trainer, one long sample
+    t = ["--model", "qwen2.5-0.5b", "--max_seq_length", "1024", "--per_device_train_batch_size", "4",
+         "--max_steps", "20", "--long_sample_step", "12", "--emulate_card", "rtx3090",
+         "--output_dir", "{job}/hf_out", "--optim", "adamw_torch", "--log_level", "info"] + _HF
+    s.append(Scenario(
+        "activation_spike_qwen2.5_0.5b_trainer_long_sample_step12_3090_24g",
+        "HF Trainer fine-tune of a Qwen2.5-0.5B-shaped model (bf16, 151,936-token vocabulary) on a 24 GB RTX 3090 "
+        "at 4 x 1,024 tokens with a padding collator: the twelfth step's batch holds one 16,384-token sample, "
+        "padding the batch to 4 x 16,384, and its logits do not fit after eleven steps that did. With that sample "
+        "cut to 1,024 tokens the same run completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "eleven steps at 4 x 1,024 fit; the batch padded to 4 x 16,384 needs 16 times the logits; with "
+                "the long sample truncated all 20 steps complete under the same cap"},
+        Run("python", "hf_trainer.py", t + ["--long_sample_len", "16384"], gpu_gib=24.5, host_gib=12,
+            timeout=300, max_entries=30000),
+        counterfactuals=[("the long sample cut to 1,024 tokens (same cap)",
+                          Run("python", "hf_trainer.py", t + ["--long_sample_len", "1024"], gpu_gib=24.5,
+                              host_gib=12, capture=False, timeout=300))],
+        priority=271))
     return s
