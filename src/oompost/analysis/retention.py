@@ -109,6 +109,13 @@ def _trace_to_oom(snap: Snapshot, dev: int):  # type: ignore[no-untyped-def]
     return (trace, end, stack, allocs, bounds) if bounds else None
 
 
+def last_step_start(snap: Snapshot) -> int | None:
+    """The trace index where the last optimizer step before the OOM started allocating (what comes after belongs
+    to the failing step or to an evaluation after it), or None when the trace shows no optimizer step."""
+    found = _trace_to_oom(snap, oom_device(snap))
+    return found[4][-1] if found is not None else None
+
+
 def steps_finished(snap: Snapshot) -> int:
     """Optimizer steps the trace shows finished before the OOM (a lower bound: a ring buffer keeps only the
     last entries).  A step whose allocations the OOM interrupts is not counted; one the OOM follows is."""

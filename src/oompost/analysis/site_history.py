@@ -1,4 +1,4 @@
-"""The failing request against what its line of code allocated earlier in the snapshot's trace.
+"""The failing request against what its line of code allocated in the steps the snapshot's trace recorded.
 
 A forward allocates at the same lines step after step, at sizes set by the batch.  When the failing request is
 many times larger than anything its line allocated in the steps the trace recorded, the batch that failed was far
@@ -15,9 +15,11 @@ import numpy as np
 
 from ..model import Frame, Snapshot
 from .phase import _is_torch_internal
+from .retention import last_step_start
 from .snapshot_metrics import device_trace, oom_device, oom_index
 
 MIN_EARLIER = 2                    # earlier allocations at the line: a pattern, not one stray tensor
+MIN_BYTES = 2**20                  # what the line allocated before must be a batch's tensor, not a scalar or a counter
 LARGER_BATCH = 4.0                 # a request this many times anything its line allocated before: a far larger batch
 
 
@@ -60,7 +62,10 @@ def site_history(snap: Snapshot, request: int | None) -> SiteHistory | None:
     site = _site(trace.stacks[int(trace.stack[end])])
     if site is None:
         return None
-    act = np.asarray(trace.action[:end])
+    # the steps that ran: allocations before the last optimizer step started (the failing step's own forward,
+    # or an evaluation after it, allocates at the same lines); no optimizer step in the trace: all before the OOM
+    cut = last_step_start(snap)
+    act = np.asarray(trace.action[:end if cut is None else cut])
     allocs = np.nonzero(act == trace.actions.index("alloc"))[0]
     stack = np.asarray(trace.stack[:end])[allocs]
     same = [int(st) for st in np.unique(stack) if _site(trace.stacks[int(st)]) == site]
@@ -68,7 +73,7 @@ def site_history(snap: Snapshot, request: int | None) -> SiteHistory | None:
         return None
     at = allocs[np.isin(stack, same)]
     sizes = np.asarray(trace.size[:end])[at]
-    if len(sizes) < MIN_EARLIER:
+    if len(sizes) < MIN_EARLIER or sizes.max() < MIN_BYTES:
         return None
     i0 = int(at[int(np.argmax(sizes))])
     return SiteHistory(site, int(len(sizes)), int(sizes.max()), int(request),

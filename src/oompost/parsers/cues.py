@@ -17,10 +17,14 @@ from .base import SentinelParser, memo_by_text, ref
 # name -> (sentinels, pattern)
 CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
     # model construction / weight loading
-    "model_loading": (("Loading checkpoint shards", "Loading weights", "loading weights", "Loading model",
-                       "load_state_dict", "from_pretrained", "Loading the model"),
-                      re.compile(r"Loading checkpoint shards|Loading (?:model )?weights|Loading model|"
-                                 r"loading weights|load_state_dict|from_pretrained|Loading the model")),
+    # (a resume's own words too: "Resuming from checkpoint ckpt.pt", Lightning's "Restoring states from the
+    # checkpoint path at ...", accelerate's "Loading states from ...", "Loading checkpoint from ...")
+    "model_loading": (("Loading checkpoint", "Loading weights", "loading weights", "Loading model",
+                       "load_state_dict", "from_pretrained", "Loading the model", "Resuming from checkpoint",
+                       "Restoring states from", "Loading states from"),
+                      re.compile(r"Loading checkpoint shards|Loading checkpoint (?:from|at)\b|Loading (?:model )?weights|"
+                                 r"Loading model|loading weights|load_state_dict|from_pretrained|Loading the model|"
+                                 r"Resuming from checkpoint|Restoring states from|Loading states from")),
     # training progress: tqdm bars, HF Trainer log dicts, "Epoch 3", "step 120"
     "training_progress": (("it/s]", "s/it]", "'loss':", "\"loss\":", "Epoch", "epoch", "iteration", "Iteration",
                            "global_step", "train_loss"),

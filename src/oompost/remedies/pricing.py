@@ -58,25 +58,32 @@ class Pricer:
         while live memory at the OOM was more than 1.3x the peak of every step that ran (one long document):
         a price for the logged shape says nothing about the batch that failed.  Two long-document captures
         (sample_logs/activation_spike_fsdp2_* and *_compiled_long_doc_*) showed it: gradient checkpointing,
-        priced at the logged shape as fitting, failed on the GPU."""
+        priced at the logged shape as fitting, failed on the GPU.  Without a step series, a snapshot whose failing
+        line asked many times what it allocated in the steps that ran says the same."""
         if not self._blind:
             self._blind.append(self._blind_spot())
         return self._blind[0]
 
     def _blind_spot(self) -> str | None:
+        from ..analysis.site_history import LARGER_BATCH, site_history
         from ..analysis.steps import larger_step
 
         ctx = self.ctx
         grow = larger_step(ctx.steps, ctx.oom.allocated_bytes if ctx.oom is not None else None)
+        why = f"needed {grow:.1f}x the memory of every step that ran" if grow else ""
+        if not grow and ctx.snapshot is not None and ctx.oom is not None:
+            # the snapshot's trace: the failing line allocated far more than in the steps that ran
+            hist = site_history(ctx.snapshot, ctx.oom.requested_bytes)
+            if hist is not None and hist.ratio >= LARGER_BATCH:
+                why = f"asked {hist.ratio:.0f}x what its line ({hist.site}) allocated in the steps that ran"
         L = ctx.limit_bytes
-        if ctx.spec is None or not grow or not L:
+        if ctx.spec is None or not why or not L:
             return None
         as_logged = self.what_if("as the inputs show it")
         if as_logged is None or as_logged.peak > L:
             return None
-        return (f"the batch that failed needed {grow:.1f}x the memory of every step that ran, and its shape "
-                f"is not in the inputs (the memory model puts the logged shape at {fmt_bytes(as_logged.peak)}, "
-                f"under the {fmt_bytes(L)} limit)")
+        return (f"the batch that failed {why}, and its shape is not in the inputs (the memory model puts the "
+                f"logged shape at {fmt_bytes(as_logged.peak)}, under the {fmt_bytes(L)} limit)")
 
     def same_config(self, a: dict[str, Any], b: dict[str, Any]) -> bool:
         """Whether two override sets describe one configuration."""
