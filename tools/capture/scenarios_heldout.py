@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1921,4 +1921,51 @@ def twenty_seventh_set() -> list[Scenario]:
                           Run("python", "hf_trainer.py", t + ["--long_sample_len", "1024"], gpu_gib=24.5,
                               host_gib=12, capture=False, timeout=300))],
         priority=271))
+    return s
+
+
+def twenty_eighth_set() -> list[Scenario]:
+    """The twenty-eighth set (2026-12-05, fourteenth session): the forum's next step after an evaluation-logits
+    leak — eval_accumulation_steps moves every batch's logits to the host, and a 10 GiB container runs out — and
+    generation from one 32,768-token prompt with eager attention.  Defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+
+    # ---------------------------------------------------------------- host_oom, eval logits accumulated on the host
+    e = ["10G", "python3", "{here}/hf_trainer.py", "--model", "qwen2.5-0.5b", "--max_seq_length", "1024",
+         "--per_device_train_batch_size", "4", "--num_eval_samples", "64", "--eval_strategy", "steps",
+         "--eval_steps", "4", "--max_steps", "8", "--per_device_eval_batch_size", "8", "--eval_accumulation_steps",
+         "2", "--compute_metrics", "accuracy", "--emulate_card", "l4", "--output_dir", "{job}/hf_out",
+         "--optim", "adamw_torch", "--log_level", "info"] + _HF
+    s.append(Scenario(
+        "host_oom_qwen2.5_0.5b_trainer_eval_accumulation_cgroup_10g",
+        "HF Trainer fine-tune of a Qwen2.5-0.5B-shaped model (bf16, 151,936-token vocabulary) on a 24 GB L4 cap in "
+        "a container limited to 10 GiB of host RAM, evaluating 64 sequences of 1,024 tokens for an accuracy metric "
+        "with eval_accumulation_steps 2: every evaluation batch's logits are moved to the host and kept there "
+        "(64 x 1,024 x 151,936 values) until the OOM killer kills the process. With preprocess_logits_for_metrics "
+        "returning the argmax the same run completes under the same limit.",
+        {"cause": "host_oom", "sub_cause": None,
+         "why": "the process is killed by the cgroup's OOM killer (no CUDA error) while the evaluation's logits pile "
+                "up in host RAM; keeping the argmax instead completes under the same 10 GiB"},
+        Run("bash", "cgroup_run.sh", e, gpu_gib=22.5, host_gib=14, capture=False, timeout=300),
+        counterfactuals=[("preprocess_logits_for_metrics returns logits.argmax(-1) (same 10 GiB limit)",
+                          Run("bash", "cgroup_run.sh", e + ["--preprocess_logits_argmax"], gpu_gib=22.5,
+                              host_gib=14, capture=False, timeout=300))],
+        priority=280))
+
+    # ---------------------------------------------------------------- activation_spike, eager prefill of 32k tokens
+    g = ["--model", "qwen2.5-0.5b", "--prompt_tokens", "32768", "--emulate_card", "l4"]
+    s.append(Scenario(
+        "activation_spike_qwen2.5_0.5b_generate_32k_eager_l4_24g",
+        "Inference script generating from one 32,768-token prompt with a Qwen2.5-0.5B-shaped model (bf16) and "
+        "attn_implementation='eager' on a 24 GB L4 cap: the prefill materialises 14 heads x 32,768 x 32,768 "
+        "attention scores at once. With attn_implementation='sdpa' the same generation completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "the weights (1 GB) fit; one prefill's eager attention scores (30 GB in bf16) do not; SDPA never "
+                "materialises them and completes under the same cap"},
+        Run("python", "long_prompt_generate.py", g + ["--attn_implementation", "eager"], gpu_gib=22.5, host_gib=8,
+            timeout=240),
+        counterfactuals=[("attn_implementation='sdpa' (same cap)",
+                          Run("python", "long_prompt_generate.py", g + ["--attn_implementation", "sdpa"],
+                              gpu_gib=22.5, host_gib=8, capture=False, timeout=240))],
+        priority=281))
     return s
