@@ -1927,20 +1927,24 @@ def twenty_seventh_set() -> list[Scenario]:
 def twenty_eighth_set() -> list[Scenario]:
     """The twenty-eighth set (2026-12-05, fourteenth session): the forum's next step after an evaluation-logits
     leak — eval_accumulation_steps moves every batch's logits to the host, and a 10 GiB container runs out — and
-    generation from one 32,768-token prompt with eager attention.  Defined before it ran and scored as it came."""
+    generation from one 32,768-token prompt with eager attention.  Defined before it ran and scored as it came.
+    First run (H100) with evaluation batch 8 and eval_accumulation_steps 2: the GPU ran out first (a 4.64 GiB
+    request with two batches' logits still on the card), so no host OOM was staged and nothing was collected;
+    redefined at evaluation batch 2, eval_accumulation_steps 1 and committed before the second run."""
     s: list[Scenario] = []
 
     # ---------------------------------------------------------------- host_oom, eval logits accumulated on the host
     e = ["10G", "python3", "{here}/hf_trainer.py", "--model", "qwen2.5-0.5b", "--max_seq_length", "1024",
          "--per_device_train_batch_size", "4", "--num_eval_samples", "64", "--eval_strategy", "steps",
-         "--eval_steps", "4", "--max_steps", "8", "--per_device_eval_batch_size", "8", "--eval_accumulation_steps",
-         "2", "--compute_metrics", "accuracy", "--emulate_card", "l4", "--output_dir", "{job}/hf_out",
+         "--eval_steps", "4", "--max_steps", "8", "--per_device_eval_batch_size", "2", "--eval_accumulation_steps",
+         "1", "--compute_metrics", "accuracy", "--emulate_card", "l4", "--output_dir", "{job}/hf_out",
          "--optim", "adamw_torch", "--log_level", "info"] + _HF
     s.append(Scenario(
         "host_oom_qwen2.5_0.5b_trainer_eval_accumulation_cgroup_10g",
         "HF Trainer fine-tune of a Qwen2.5-0.5B-shaped model (bf16, 151,936-token vocabulary) on a 24 GB L4 cap in "
         "a container limited to 10 GiB of host RAM, evaluating 64 sequences of 1,024 tokens for an accuracy metric "
-        "with eval_accumulation_steps 2: every evaluation batch's logits are moved to the host and kept there "
+        "with eval_accumulation_steps 1 (evaluation batch 2): every evaluation batch's logits are moved to the host "
+        "and kept there "
         "(64 x 1,024 x 151,936 values) until the OOM killer kills the process. With preprocess_logits_for_metrics "
         "returning the argmax the same run completes under the same limit.",
         {"cause": "host_oom", "sub_cause": None,
