@@ -194,3 +194,34 @@ def test_a_resume_killed_for_host_ram_is_told_to_load_the_state_dict_without_a_h
     top = r.fixes[0].fix
     assert top.key == "load without a full host copy" and "map_location='cuda'" in top.value
     assert not any("more host RAM" in f.fix.key for f in r.fixes)
+
+
+def test_a_prefill_s_eager_attention_gets_the_attention_kernel_not_a_training_plan():
+    r = analyzed(str(SAMPLES / "activation_spike_qwen2.5_0.5b_generate_32k_eager_l4_24g"))
+    assert r.cause == "activation_spike" and r.sub_cause == "attention"
+    assert r.rerun is None
+    assert (r.fixes[0].fix.key, r.fixes[0].fix.value) == ("attn_implementation", "sdpa")
+    assert not any(f.fix.key in ("gradient_checkpointing", "per_device_train_batch_size") for f in r.fixes)
+    assert "gradient checkpointing" in {n.what for n in r.not_worth}
+
+
+def test_a_host_kill_inside_an_evaluation_leads_with_what_the_evaluation_keeps():
+    case = SAMPLES / "host_oom_qwen2.5_0.5b_trainer_eval_accumulation_cgroup_10g"
+    ev = parse_paths([str(case / "run.log")])
+    assert ev.fact("train.evaluating_at_end").ref.text.strip() == "***** Running Evaluation *****"
+    r = analyzed(str(case))
+    assert r.cause == "host_oom"
+    assert [f.fix.key for f in r.fixes[:2]] == ["preprocess_logits_for_metrics", "prediction_loss_only"]
+    assert not any("DataLoader" in f.fix.key for f in r.fixes)
+
+
+
+def test_a_log_whose_training_went_on_after_an_evaluation_does_not_end_inside_one(tmp_path):
+    # the real evaluation capture's log with one of its own training log lines repeated after the banner (as the
+    # Trainer prints when it resumes training): the log no longer ends inside the evaluation
+    lines = (EVAL / "run.log").read_text().splitlines(True)
+    train = next(ln for ln in lines if "{'loss':" in ln)
+    banner = next(i for i, ln in enumerate(lines) if "Running Evaluation" in ln)
+    (tmp_path / "run.log").write_text("".join(lines[:banner + 3] + [train]))
+    assert parse_paths([str(EVAL / "run.log")]).fact("train.evaluating_at_end") is not None
+    assert parse_paths([str(tmp_path / "run.log")]).fact("train.evaluating_at_end") is None

@@ -1,4 +1,4 @@
-"""The evaluation pass an OOM struck in, and what a smaller evaluation batch would need.
+"""The evaluation pass (or generation) an OOM struck in, and what a smaller evaluation batch would need.
 
 Training fits and evaluation does not: the HF Trainer's ``per_device_eval_batch_size`` (or a validation loop's
 batch) is often set far above the training batch, because evaluation "keeps no activations".  It keeps no
@@ -86,3 +86,15 @@ def smaller_eval_batch(ctx: "Context", ev: EvalPass, margin: float = 0.9) -> tup
             return b, peak
         b //= 2
     return None
+
+
+def generating(ctx: "Context") -> bool:
+    """The failing allocation runs inside ``generate()`` (a transformers generation loop, its prefill or a decode
+    step): inference, with no backward for checkpointing to help and no training batch to shrink."""
+    from .phase import Phase
+
+    o = ctx.oom
+    if ctx.phase.phase is Phase.GENERATION:
+        return True
+    return o is not None and any(f.name == "generate" and "generation" in f.filename.replace("\\", "/")
+                                 for f in o.stack.frames)

@@ -88,7 +88,7 @@ _BOOL = {"true": True, "1": True, "false": False, "0": False}
 
 # what any pattern below needs (the driver offers a line only when this matches)
 TRIGGERS = ("alloc", "reserved", "cached", "param", "Param", "PARAM", "per_device_train_batch_size", "micro_batch",
-            "per_device_eval_batch_size", "Running Evaluation", "Running Prediction", "Batch size = ",
+            "per_device_eval_batch_size", "Running Evaluation", "Running Prediction", "Batch size = ", "'loss':",
             "gradient_accumulation_steps", "max_seq_length", "max_length", "seq_len", "sequence_length",
             "block_size", "model_max_length", "max_steps", "world_size", "lora_r", "Instantaneous batch size",
             "Gradient Accumulation steps", "Total train batch size", "gradient_checkpointing",
@@ -116,6 +116,8 @@ class StepParser:
         # memory prints without a step number, by rank and line shape (the line with its numbers as #)
         self._prints: dict[tuple[int | None, str], collections.deque] = {}
         self._eval_banner: int | None = None     # line number of the last HF evaluation banner
+        self._banner_line: LogLine | None = None
+        self._train_log: int | None = None       # line number of the last HF training log dict ({'loss': ...})
 
     # Step lines can be most of a 100 MB log.  They are kept cheaply (the last
     # KEEP of each rank, plus every 2**k-th earlier one within a bound) and parsed
@@ -228,6 +230,10 @@ class StepParser:
     def finish(self) -> None:
         from ..sources import decode_line
 
+        if self._banner_line is not None and (self._train_log is None or self._eval_banner > self._train_log):
+            # the log ends inside an evaluation: its banner came after the last training log line
+            self.out.fact("train.evaluating_at_end", True, ref(self.path, self._banner_line))
+
         for rank, tail in self._tails.items():
             for item in [*self._history[rank], *tail]:
                 ln = item if isinstance(item, LogLine) else decode_line(item[0], item[1], prev=item[2])[0]
@@ -339,8 +345,10 @@ class StepParser:
                    "seq_len": "max_seq_length", "sequence_length": "max_seq_length",
                    "block_size": "max_seq_length", "model_max_length": "max_seq_length"}.get(key, key)
             self._fact_once(f"train.{key}", int(m.group("v")), ln)
+        if "'loss':" in text and "eval_loss" not in text:
+            self._train_log = ln.lineno
         if "Running " in text and EVAL_BANNER.search(text):
-            self._eval_banner = ln.lineno
+            self._eval_banner, self._banner_line = ln.lineno, ln
         elif "Batch size = " in text and self._eval_banner is not None and ln.lineno - self._eval_banner <= 4:
             m = EVAL_BATCH.search(text)
             if m:

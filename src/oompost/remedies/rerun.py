@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.context import Context
-from ..analysis.evaluation import EvalPass, evaluation_pass, smaller_eval_batch
+from ..analysis.evaluation import EvalPass, evaluation_pass, generating, smaller_eval_batch
 from ..analysis.whatif import WhatIf, fits
 from ..classify.base import Cause, Finding
 from ..units import fmt_bytes
@@ -78,6 +78,7 @@ class _Draft:
     basis: str = ""                    # "replay" when the predicted peak is an allocator replay's
     partial_diff: dict[str, Any] = field(default_factory=dict)   # the change, when the config is unknown
     assumed: tuple[str, ...] = ()      # what the prediction assumed about an unknown config
+    fits: bool | None = None           # set where the peak is one the run already survived (not the margin's call)
 
 
 def plan(ctx: Context, primary: Finding, pricer: Pricer | None = None) -> RerunPlan | None:
@@ -88,6 +89,8 @@ def plan(ctx: Context, primary: Finding, pricer: Pricer | None = None) -> RerunP
         return None                # a server's flags (the finding's fixes), not trainer arguments or a ds_config
     if cause is Cause.FRAGMENTATION:
         _fragmentation(ctx, d)
+    elif cause is Cause.ACTIVATION_SPIKE and generating(ctx):
+        return None                # inference: the finding's fixes (attention kernel, batch, prompt), not a training plan
     elif cause is Cause.ACTIVATION_SPIKE and (ev := evaluation_pass(ctx)) is not None:
         if not _eval_batch(ctx, ev, d):
             return None
@@ -148,10 +151,17 @@ def _eval_batch(ctx: Context, ev: EvalPass, d: _Draft) -> bool:
     d.args[key] = new
     d.changes.append(f"{key} {ev.batch} → {new}: the evaluation batch's forward shrinks with it")
     d.predicted, d.basis = peak, "scaled"
-    d.notes.append("predicted by scaling the failing allocation to the new batch"
-                   + (" (with the loss's fp32 temporaries)" if ev.logits_bytes_per_value else "")
-                   + " on top of everything live at the OOM; the training steps ran at their settings, which "
-                   "stay")
+    d.notes.append(f"the evaluation at batch {new} needs about {fmt_bytes(peak)}: the failing allocation scaled to "
+                   "the new batch" + (" (with the loss's fp32 temporaries)" if ev.logits_bytes_per_value else "")
+                   + " on top of everything live at the OOM")
+    train = ctx.estimate.predicted_peak_bytes if ctx.estimate is not None else None
+    L = ctx.limit_bytes
+    if train is not None and L and train > peak:
+        # the run's peak stays the training step's, which ran at these settings before the evaluation failed
+        d.predicted = min(train, L)
+        d.fits = peak <= MARGIN * L
+        d.notes.append(f"the run's peak stays the training step's (memory model {fmt_bytes(train)}), which ran at "
+                       "these settings before the evaluation failed; they stay")
     if ev.batch_inferred:
         d.assumed = (f"evaluation batch {ev.batch} (inferred: the failing request is that many sequences' logits)",)
     return True
@@ -608,7 +618,7 @@ def _finish(ctx: Context, d: _Draft) -> RerunPlan:
     return RerunPlan(
         ds_config=d.cfg, ds_config_diff=diff, env=d.env, trainer_args=d.args, predicted_peak_bytes=predicted,
         device_bytes=L, changes=tuple(d.changes),
-        fits=(predicted <= MARGIN * L) if predicted is not None and L else None,
+        fits=d.fits if d.fits is not None else (predicted <= MARGIN * L) if predicted is not None and L else None,
         host_bytes=est.host_bytes if est else None,
         global_batch_kept=round(gb1 / gb0, 3) if gb0 and gb1 else None, global_batch=(gb0, gb1),
         overrides=dict(d.estimate.overrides) if d.estimate is not None else None,

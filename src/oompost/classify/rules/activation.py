@@ -20,7 +20,7 @@ backward runs.
 from __future__ import annotations
 
 from ...analysis.context import Context, iterations_before_oom
-from ...analysis.evaluation import EvalPass, evaluation_pass, smaller_eval_batch
+from ...analysis.evaluation import EvalPass, evaluation_pass, generating, smaller_eval_batch
 from ...analysis.site_history import LARGER_BATCH, SiteHistory, site_history
 from ...analysis.phase import Phase
 from ...analysis.steps import larger_step, leak_trend, max_peak_allocated, noun
@@ -62,6 +62,7 @@ class ActivationSpike:
             signals.append((f"the smallest run (micro-batch 1, full recompute) needs "
                             f"{b(ctx.estimate_min.predicted_peak_bytes)}", 0.1))
         ev = evaluation_pass(ctx)
+        gen = ev is None and generating(ctx)
         if ev is not None:
             signals += self._evaluation_signals(ctx, ev)
         spike = False
@@ -106,6 +107,8 @@ class ActivationSpike:
             fixes = list(runtime_fixes(ctx.own_runtime, self.cause))
         elif ev is not None:
             fixes = self._evaluation_fixes(ctx, ev, sub, hist)
+        elif gen:
+            fixes = self._generation_fixes(ctx, sub)
         else:
             fixes = self._fixes(ctx, sub, spike)
         numbers += [(k, v) for k, v in self._shape(ctx)]
@@ -120,6 +123,11 @@ class ActivationSpike:
                      NotAFix("bf16 instead of fp16 (or back)", "both are 2 bytes per value"),
                      NotAFix("torch.cuda.empty_cache()", "the activations are live tensors"),
                      NotAFix("lower DataLoader num_workers / pin_memory", "they use host memory")]
+        if gen:
+            not_fixes += [NotAFix("gradient checkpointing", "generation runs no backward: nothing is saved for it "
+                                  "to recompute"),
+                          NotAFix("a smaller per_device_train_batch_size", "nothing is training: the generation's "
+                                  "batch and prompt are what fail")]
         if ev is not None:
             not_fixes += [NotAFix("gradient checkpointing", "evaluation runs no backward: nothing is saved for it "
                                   "to recompute"),
@@ -138,6 +146,21 @@ class ActivationSpike:
                     + ". Model states fit; what no longer fits is what the step creates"
                     + (": this batch needed far more than the earlier ones." if spike else "."))
                    )]
+
+    @staticmethod
+    def _generation_fixes(ctx: Context, sub: str | None) -> list[Fix]:
+        out: list[Fix] = []
+        if sub == "attention" or str(ctx.setup.get("attn", "")) == "eager":
+            out.append(Fix("trainer_arg", "attn_implementation", "sdpa",
+                           "eager attention materialises batch × heads × prompt² scores in the prefill; SDPA or "
+                           "flash attention never holds them"))
+        if sub == "kv_cache":
+            out.append(Fix("code", "generation batch size", "halve it (or cap max_new_tokens)",
+                           "the KV cache grows with batch × (prompt + generated) tokens"))
+        else:
+            out.append(Fix("code", "generation batch size / prompt length", "halve the batch, or cap the prompt",
+                           "the prefill's activations grow with batch × prompt tokens"))
+        return out
 
     @staticmethod
     def _evaluation_signals(ctx: Context, ev: EvalPass) -> list[tuple[str, float]]:

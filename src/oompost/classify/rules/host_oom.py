@@ -18,7 +18,9 @@ gradients (~16 bytes/param) live in pinned host memory, on every node.
 parameters) on the GPU if they fit there, offload to NVMe, lower
 ``sub_group_size`` (ZeRO-3), build the model under ``zero.Init`` so ranks do
 not each materialise it (outside DeepSpeed: ``low_cpu_mem_usage`` / ``mmap``
-loading), blocking copies to the CPU, fewer DataLoader workers, a larger
+loading), blocking copies to the CPU, an evaluation that keeps only the token
+ids (``preprocess_logits_for_metrics``) instead of every batch's logits,
+fewer DataLoader workers, a larger
 ``--shm-size``; in a notebook, a high-RAM runtime or less held by the cells.
 """
 
@@ -173,6 +175,17 @@ class HostOom:
                              "otherwise every local rank materialises a full CPU copy of the model"))
         elif loading and not ray and not pinned and not workers:
             fixes.append(LOAD_LEAN)
+        # killed inside an evaluation (its banner after the last training log line): what the evaluation keeps for
+        # its metric piles up on the host (eval_accumulation_steps moves every batch's logits there; a captured
+        # Trainer evaluation of 64 x 1,024 x 151,936 logits was killed in a 10 GiB container, argmax completed)
+        evaluating = not fixes and not loading and ctx.evidence.fact("train.evaluating_at_end") is not None
+        if evaluating:
+            fixes.append(Fix("code", "preprocess_logits_for_metrics", "return logits.argmax(-1)",
+                             "the evaluation keeps every batch's outputs for its metric, and with "
+                             "eval_accumulation_steps they pile up in host RAM: batch × sequence × vocabulary "
+                             "values each, where the token ids are all a metric needs"))
+            fixes.append(Fix("trainer_arg", "prediction_loss_only", True,
+                             "when no metric needs the logits, nothing is kept at all"))
         # a training loop was running with nothing offloaded: its DataLoader is what holds host memory (a captured
         # 8-worker, prefetch-8, pinned loader was killed in a 6 GiB container at its first batch)
         in_loop = not fixes and not loading and ctx.evidence.fact("cue.training_progress") is not None
@@ -182,7 +195,7 @@ class HostOom:
                              "each worker keeps its own copy of the dataset and prefetch_factor batches in host "
                              "memory, and pinning copies every batch into page-locked RAM a container counts in "
                              "full"))
-        if not fixes or in_loop:
+        if not fixes or in_loop or evaluating:
             fixes.append(Fix("code", "more host RAM (or swap), or less held on the host", "",
                              "the GPU did not run out: the host did"))
         return [Finding(
