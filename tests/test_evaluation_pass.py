@@ -225,3 +225,15 @@ def test_a_log_whose_training_went_on_after_an_evaluation_does_not_end_inside_on
     (tmp_path / "run.log").write_text("".join(lines[:banner + 3] + [train]))
     assert parse_paths([str(EVAL / "run.log")]).fact("train.evaluating_at_end") is not None
     assert parse_paths([str(tmp_path / "run.log")]).fact("train.evaluating_at_end") is None
+
+
+def test_an_evaluation_holding_more_than_its_request_is_no_confident_spike_from_its_log():
+    # the Accelerate evaluation that kept every batch's logits in a list: from its log alone (no snapshot, no
+    # memory prints) a kept list and a batch too large read the same, so a spike verdict stays below 0.8
+    case = SAMPLES / "leak_qwen2.5_0.5b_accelerate_eval_logits_l4_24g"
+    ctx = _ctx(case / "run.log")
+    assert ctx.oom.allocated_bytes >= ctx.oom.requested_bytes and evaluation_pass(ctx) is not None
+    r = analyzed(str(case / "run.log"))
+    assert r.cause == "leak" or r.confidence < 0.8
+    # the evaluation batch far larger than the training one, with less live than its request, is not held back
+    assert analyzed(str(EVAL / "run.log")).confidence >= 0.9

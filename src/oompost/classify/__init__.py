@@ -15,7 +15,7 @@ import dataclasses
 
 from ..analysis.context import Context
 from .base import Cause, Finding, Severity
-from .constraints import impossible_causes
+from .constraints import confidence_ceiling, impossible_causes
 from .rules._common import HOLD
 
 
@@ -45,6 +45,9 @@ def classify(ctx: Context) -> tuple[Finding, ...]:
         advice.extend(_run(rule, ctx, advice))
     feats = extract(ctx, causes)
     v = decide(feats, impossible_causes(ctx))
+    ceiling = confidence_ceiling(ctx, v.cause)
+    if ceiling is not None and v.probability > ceiling:
+        v = dataclasses.replace(v, probability=ceiling)
     settle = tuple(missing_evidence(ctx, v.cause))
     if v.cause is Cause.UNKNOWN:
         primary = FALLBACK.evaluate(ctx)[0]

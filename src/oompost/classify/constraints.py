@@ -126,3 +126,23 @@ def _steps_reach_the_oom(ctx: Context) -> bool:
     o = ctx.oom
     return (o is not None and o.ref.source == last.source and o.ref.line is not None and last.line is not None
             and 0 < o.ref.line - last.line <= 300)
+
+
+# An evaluation that fails while more is live than its failing request, with no snapshot and no memory series to
+# say what that is: a batch too large and outputs kept from earlier batches (a list of logits) read the same from
+# the log (a captured Accelerate evaluation keeping every batch's logits failed in a batch twice the training
+# one).  Its step verdict is kept below 0.8, as an OOM message alone is.
+EVAL_AMBIGUOUS_CONFIDENCE = 0.79
+
+
+def confidence_ceiling(ctx: Context, cause: Cause) -> float | None:
+    """The most a verdict of ``cause`` may claim on these inputs, where they cannot tell it from another cause
+    (None: no ceiling beyond the model's own)."""
+    from ..analysis.evaluation import evaluation_pass
+
+    o = ctx.oom
+    if (cause is Cause.ACTIVATION_SPIKE and o is not None and o.allocated_bytes is not None and o.requested_bytes
+            and o.allocated_bytes >= o.requested_bytes and ctx.snapshot is None and not ctx.steps
+            and evaluation_pass(ctx) is not None):
+        return EVAL_AMBIGUOUS_CONFIDENCE
+    return None

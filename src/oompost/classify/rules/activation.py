@@ -164,7 +164,13 @@ class ActivationSpike:
 
     @staticmethod
     def _evaluation_signals(ctx: Context, ev: EvalPass) -> list[tuple[str, float]]:
-        out = []
+        out: list[tuple[str, float]] = []
+        o = ctx.oom
+        if o is not None and o.allocated_bytes is not None and o.requested_bytes and o.allocated_bytes >= o.requested_bytes:
+            # what is live could be outputs the evaluation kept from earlier batches (a list of logits): the
+            # batch's size is no evidence either way (a captured Accelerate evaluation keeping every batch's
+            # logits failed in a batch twice the training one)
+            return out
         mb = ctx.setup.get("micro_batch")
         if ev.batch is not None and mb and ev.batch > int(mb):
             out.append((f"the evaluation batch ({ev.batch}) is {ev.batch / int(mb):.0f}x the training micro-batch "
