@@ -46,6 +46,11 @@ def main() -> int:
     p.add_argument("--long_sample_step", type=int, default=None,
                    help="scenario: the batch of this training step (sequential order) holds one long sample")
     p.add_argument("--long_sample_len", type=int, default=16384, help="scenario: its length in tokens")
+    p.add_argument("--min_seq_length", type=int, default=None,
+                   help="scenario: samples of random length in [min, max_seq_length], each batch padded to its "
+                        "longest (dynamic padding)")
+    p.add_argument("--memory_limit_gib", type=float, default=None, help="scenario: cap memory at this many GiB")
+    p.add_argument("--report", default=None, help="scenario: write measured peaks to this JSON file")
     args, rest = p.parse_known_args()
 
     import torch
@@ -56,7 +61,7 @@ def main() -> int:
         oompost.record.enable(args.oompost_capture, max_entries=args.max_entries)
     from cards import apply_limit
 
-    apply_limit(args.emulate_card, None, print)
+    allowed = apply_limit(args.emulate_card, args.memory_limit_gib, print)
 
     from transformers import (AutoModelForCausalLM, AutoModelForImageClassification, HfArgumentParser, Trainer,
                               TrainingArguments)
@@ -78,6 +83,8 @@ def main() -> int:
         def __getitem__(self, i):
             g = torch.Generator().manual_seed(self.offset + i)
             n = args.max_seq_length
+            if args.min_seq_length and self.offset == 0:
+                n = int(torch.randint(args.min_seq_length, args.max_seq_length + 1, (1,), generator=g))
             if (args.long_sample_step and self.offset == 0
                     and i == (args.long_sample_step - 1) * targs.per_device_train_batch_size):
                 n = args.long_sample_len
@@ -154,14 +161,22 @@ def main() -> int:
         trainer = Trainer(model=model, args=targs, train_dataset=RandomImages())
     else:
         trainer = CausalLMTrainer(model=model, args=targs, train_dataset=RandomTokens(),
-                                  data_collator=pad_collate if args.long_sample_step else None,
+                                  data_collator=pad_collate if args.long_sample_step or args.min_seq_length
+                                  else None,
                                   eval_dataset=RandomTokens(args.num_eval_samples, 10**6)
                                   if args.num_eval_samples else None,
                                   compute_metrics=accuracy if args.compute_metrics else None,
                                   preprocess_logits_for_metrics=argmax_logits if args.preprocess_logits_argmax
                                   else None)
+    import time
+
+    t0 = time.time()
     trainer.train()
     print(f"training finished: max_reserved={torch.cuda.max_memory_reserved() / 2**30:.2f}GiB", flush=True)
+    if args.report:
+        from run_report import write_run_report
+
+        write_run_report(args.report, args, allowed, trainer.state.global_step, t0)
     return 0
 
 

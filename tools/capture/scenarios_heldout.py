@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1973,3 +1973,23 @@ def twenty_eighth_set() -> list[Scenario]:
                               gpu_gib=22.5, host_gib=8, capture=False, timeout=240))],
         priority=281))
     return s
+
+
+def twenty_ninth_set() -> list[Scenario]:
+    """The twenty-ninth set (2026-12-05, fourteenth session): fragmentation under the HF Trainer, which no
+    fragmentation capture used: dynamic padding (samples of 16-2,048 tokens, each batch padded to its longest)
+    with its usual console output.  Defined before it ran and scored as it came."""
+    f = ["--model", "qwen2.5-0.5b", "--max_seq_length", "2048", "--min_seq_length", "16",
+         "--per_device_train_batch_size", "6", "--max_steps", "30", "--output_dir", "{job}/hf_out",
+         "--optim", "adamw_torch", "--log_level", "info"] + _HF
+    return [Scenario(
+        "fragmentation_qwen2.5_0.5b_trainer_dynamic_padding",
+        "HF Trainer fine-tune of a Qwen2.5-0.5B-shaped model (bf16) with a padding collator over samples of "
+        "16-2,048 tokens (6 per batch, each batch padded to its longest). The memory cap is set just above what "
+        "the same run needs with expandable_segments:True, which completes under it.",
+        {"cause": "fragmentation", "sub_cause": None,
+         "why": "the request fits in reserved-but-unallocated plus the rest of the allowance, but no free block "
+                "is large enough; expandable_segments:True completes the same run under the same cap"},
+        Run("python", "hf_trainer.py", f, gpu_gib=34, host_gib=12, max_entries=30000, timeout=240),
+        priority=290, fragmentation_search=True,
+        search_variants=[f, f + ["--seed", "7"], f[:7] + ["4"] + f[8:]])]
