@@ -93,9 +93,9 @@ def _step_starts(trace, stack: np.ndarray, allocs: np.ndarray) -> list[int]:  # 
     return ([int(allocs[0])] if is_opt[0] else []) + [int(i) for i in starts]
 
 
-def _trace_to_oom(snap: Snapshot, dev: int):  # type: ignore[no-untyped-def]
+def trace_until_oom(snap: Snapshot, dev: int):  # type: ignore[no-untyped-def]
     """The device's trace up to the OOM: (trace, its end, the stack index of each entry, the indices of its
-    allocations, the optimizer-step starts), or None when it has no allocation or no optimizer step."""
+    allocations), or None when it has no allocation."""
     trace = device_trace(snap, dev)
     if not len(trace) or "alloc" not in trace.actions:
         return None
@@ -103,10 +103,16 @@ def _trace_to_oom(snap: Snapshot, dev: int):  # type: ignore[no-untyped-def]
     end = len(trace) if end is None else end
     stack = np.asarray(trace.stack[:end])
     allocs = np.nonzero(np.asarray(trace.action[:end]) == trace.actions.index("alloc"))[0]
-    if not len(allocs):
+    return (trace, end, stack, allocs) if len(allocs) else None
+
+
+def _trace_to_oom(snap: Snapshot, dev: int):  # type: ignore[no-untyped-def]
+    """``trace_until_oom`` and the optimizer-step starts, or None when the trace shows no optimizer step."""
+    found = trace_until_oom(snap, dev)
+    if found is None:
         return None
-    bounds = _step_starts(trace, stack, allocs)
-    return (trace, end, stack, allocs, bounds) if bounds else None
+    bounds = _step_starts(found[0], found[2], found[3])
+    return (*found, bounds) if bounds else None
 
 
 def last_step_start(snap: Snapshot) -> int | None:
@@ -169,15 +175,11 @@ def _growing_buffer(snap: Snapshot, dev: int, blocks: list, live: int) -> Concat
            and not any("cache_utils" in f.filename for f in blk.frames)]
     if not big:
         return None
-    trace = device_trace(snap, dev)
-    if not len(trace) or "alloc" not in trace.actions:
+    found = trace_until_oom(snap, dev)
+    if found is None:
         return None
-    end = oom_index(trace)
-    end = len(trace) if end is None else end
-    act = np.asarray(trace.action[:end])
-    allocs = np.nonzero(act == trace.actions.index("alloc"))[0]
+    trace, end, stack, allocs = found
     addr = np.asarray(trace.addr[:end])
-    stack = np.asarray(trace.stack[:end])
     size = np.asarray(trace.size[:end])
     for blk in sorted(big, key=lambda x: -x.size):
         at = allocs[addr[allocs] == blk.address]
