@@ -20,13 +20,15 @@ backward runs.
 from __future__ import annotations
 
 from ...analysis.context import Context, iterations_before_oom
-from ...analysis.evaluation import EvalPass, evaluation_pass, generating, smaller_eval_batch
-from ...analysis.site_history import LARGER_BATCH, SiteHistory, site_history
+from ...analysis.evaluation import evaluation_pass, generating
+from ...analysis.site_history import LARGER_BATCH, site_history
 from ...analysis.phase import Phase
 from ...analysis.steps import larger_step, leak_trend, max_peak_allocated, noun
 from ...analysis.whatif import fit_words, what_if
 from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import b, headroom, limit_label, oom_refs
+from ._inference import (evaluation_detail, evaluation_fixes, evaluation_numbers, evaluation_signals,
+                         generation_fixes, inference_not_fixes)
 from ._runtimes import runtime_fixes
 
 
@@ -64,7 +66,7 @@ class ActivationSpike:
         ev = evaluation_pass(ctx)
         gen = ev is None and generating(ctx)
         if ev is not None:
-            signals += self._evaluation_signals(ctx, ev)
+            signals += evaluation_signals(ctx, ev)
         spike = False
         hist = site_history(ctx.snapshot, o.requested_bytes) if ctx.snapshot is not None else None
         if hist is not None and hist.ratio >= LARGER_BATCH and prior is None:
@@ -106,9 +108,9 @@ class ActivationSpike:
         if ctx.own_runtime:
             fixes = list(runtime_fixes(ctx.own_runtime, self.cause))
         elif ev is not None:
-            fixes = self._evaluation_fixes(ctx, ev, sub, hist)
+            fixes = evaluation_fixes(ctx, ev, sub, hist)
         elif gen:
-            fixes = self._generation_fixes(ctx, sub)
+            fixes = generation_fixes(ctx, sub)
         else:
             fixes = self._fixes(ctx, sub, spike)
         numbers += [(k, v) for k, v in self._shape(ctx)]
@@ -123,107 +125,17 @@ class ActivationSpike:
                      NotAFix("bf16 instead of fp16 (or back)", "both are 2 bytes per value"),
                      NotAFix("torch.cuda.empty_cache()", "the activations are live tensors"),
                      NotAFix("lower DataLoader num_workers / pin_memory", "they use host memory")]
-        if gen:
-            not_fixes += [NotAFix("gradient checkpointing", "generation runs no backward: nothing is saved for it "
-                                  "to recompute"),
-                          NotAFix("a smaller per_device_train_batch_size", "nothing is training: the generation's "
-                                  "batch and prompt are what fail")]
-        if ev is not None:
-            not_fixes += [NotAFix("gradient checkpointing", "evaluation runs no backward: nothing is saved for it "
-                                  "to recompute"),
-                          NotAFix("a smaller per_device_train_batch_size", "the training steps fit; the evaluation "
-                                  "batch is what fails")]
-            if ev.hf:
-                not_fixes.append(NotAFix("eval_accumulation_steps", "it moves earlier batches' kept outputs to the "
-                                         "host; this batch's own forward is what does not fit"))
+        not_fixes += inference_not_fixes(ev, gen)
         return [Finding(
             self.code, self.cause, title,
             confidence(signals), evidence=oom_refs(ctx) + tuple(p.reading.ref for p in ctx.steps[-2:]),
             fixes=tuple(fixes), not_fixes=tuple(not_fixes),
-            signals=tuple(signals), numbers=tuple(numbers) + self._evaluation_numbers(ev), sub_cause=sub,
-            detail=(self._evaluation_detail(ctx, ev) if ev is not None else
+            signals=tuple(signals), numbers=tuple(numbers) + evaluation_numbers(ev), sub_cause=sub,
+            detail=(evaluation_detail(ctx, ev) if ev is not None else
                     f"The OOM is in {ctx.phase.phase.value}" + (f" at {ctx.location}" if ctx.location else "")
                     + ". Model states fit; what no longer fits is what the step creates"
                     + (": this batch needed far more than the earlier ones." if spike else "."))
                    )]
-
-    @staticmethod
-    def _generation_fixes(ctx: Context, sub: str | None) -> list[Fix]:
-        out: list[Fix] = []
-        if sub == "attention" or str(ctx.setup.get("attn", "")) == "eager":
-            out.append(Fix("trainer_arg", "attn_implementation", "sdpa",
-                           "eager attention materialises batch × heads × prompt² scores in the prefill; SDPA or "
-                           "flash attention never holds them"))
-        if sub == "kv_cache":
-            out.append(Fix("code", "generation batch size", "halve it (or cap max_new_tokens)",
-                           "the KV cache grows with batch × (prompt + generated) tokens"))
-        else:
-            out.append(Fix("code", "generation batch size / prompt length", "halve the batch, or cap the prompt",
-                           "the prefill's activations grow with batch × prompt tokens"))
-        return out
-
-    @staticmethod
-    def _evaluation_signals(ctx: Context, ev: EvalPass) -> list[tuple[str, float]]:
-        out: list[tuple[str, float]] = []
-        o = ctx.oom
-        if o is not None and o.allocated_bytes is not None and o.requested_bytes and o.allocated_bytes >= o.requested_bytes:
-            # what is live could be outputs the evaluation kept from earlier batches (a list of logits): the
-            # batch's size is no evidence either way (a captured Accelerate evaluation keeping every batch's
-            # logits failed in a batch twice the training one)
-            return out
-        mb = ctx.setup.get("micro_batch")
-        if ev.batch is not None and mb and ev.batch > int(mb):
-            out.append((f"the evaluation batch ({ev.batch}) is {ev.batch / int(mb):.0f}x the training micro-batch "
-                        f"({mb}) whose steps ran", 0.15))
-        if ev.logits_bytes_per_value is not None and ctx.oom is not None:
-            out.append((f"the failing allocation is exactly one evaluation batch's logits: {ev.batch} × "
-                        f"{ctx.setup.get('seq_len')} × {ctx.spec.vocab if ctx.spec else '?':,} × "
-                        f"{ev.logits_bytes_per_value} bytes = {b(ctx.oom.requested_bytes)}", 0.2))
-        return out
-
-    @staticmethod
-    def _evaluation_numbers(ev: EvalPass | None) -> tuple[tuple[str, str], ...]:
-        if ev is None:
-            return ()
-        from ._common import frame_where
-
-        out = (("failing inside", frame_where(ev.frame)),)
-        said = f"{ev.batch} (inferred: the request is that many sequences' logits)" if ev.batch_inferred else str(ev.batch)
-        return out + ((("evaluation batch", said),) if ev.batch is not None else ())
-
-    @staticmethod
-    def _evaluation_detail(ctx: Context, ev: EvalPass) -> str:
-        from ._common import frame_where
-
-        return (f"The OOM is in {ctx.phase.phase.value} inside the evaluation pass ({frame_where(ev.frame)})"
-                + (f" at evaluation batch {ev.batch}" if ev.batch is not None else "")
-                + ". Evaluation keeps no activations for a backward, but one batch's forward still holds its "
-                "logits and the loss's fp32 temporaries at once; the training steps fit, this batch does not.")
-
-    @staticmethod
-    def _evaluation_fixes(ctx: Context, ev: EvalPass, sub: str | None, hist: SiteHistory | None) -> list[Fix]:
-        L = ctx.limit_bytes
-        key = "per_device_eval_batch_size" if ev.hf else "evaluation batch size"
-        kind = "trainer_arg" if ev.hf else "code"
-        found = smaller_eval_batch(ctx, ev)
-        out: list[Fix] = []
-        if found is not None:
-            new, peak = found
-            out.append(Fix(kind, key, new, f"the failing allocation scales with the batch: {ev.batch} → {new} "
-                           f"takes it to {b(ctx.oom.requested_bytes * new // ev.batch)}; predicted peak {b(peak)} "
-                           f"of {b(L)} (what was live at the OOM plus the scaled allocation"
-                           + (" and the loss's fp32 temporaries" if ev.logits_bytes_per_value else "") + ")"))
-        elif ev.batch is None and hist is not None and hist.ratio >= LARGER_BATCH:
-            out.append(Fix(kind, key, f"divide it by {hist.ratio:.0f} or more",
-                           f"the failing line ({hist.site}) allocated {hist.ratio:.0f}x less in the training steps "
-                           "that fitted: an evaluation batch that size needs what they needed there"))
-        else:
-            out.append(Fix(kind, key, "halve it (the training batch fits)" if ev.batch is None else max(1, ev.batch // 4),
-                           "one evaluation batch's forward (its logits above all) grows with the batch"))
-        if sub == "logits" or (ctx.spec is not None and ctx.spec.vocab >= 100_000):
-            out.append(Fix("code", "chunked cross-entropy", "e.g. Liger kernel's fused linear cross-entropy",
-                           "the loss then never holds batch × seq × vocabulary fp32 logits"))
-        return out
 
     @staticmethod
     def _sub(ctx: Context) -> str | None:
