@@ -61,14 +61,15 @@ def _hf(frames: tuple[Frame, ...]) -> bool:
 
 
 def scaled_peak(ctx: "Context", ev: EvalPass, new_batch: int) -> int | None:
-    """The peak at evaluation batch ``new_batch``: what was live at the OOM (kept as it is, though the batch's
-    own tensors would shrink too) plus the failing allocation scaled to the new batch — times the loss's
-    temporaries when it is the logits.  None without the figures."""
+    """The peak (reserved) at evaluation batch ``new_batch``: what PyTorch held at the OOM, live and cached (kept
+    as it is, though the batch's own tensors would shrink too), plus the failing allocation scaled to the new
+    batch — times the loss's temporaries when it is the logits.  None without the figures."""
     o = ctx.oom
     if o is None or ev.batch is None or not o.requested_bytes or o.allocated_bytes is None or new_batch >= ev.batch:
         return None
     factor = LOSS_FACTOR.get(ev.logits_bytes_per_value or 0, 1.0)
-    return int(o.allocated_bytes + o.requested_bytes * factor * new_batch / ev.batch)
+    held = o.allocated_bytes + (o.reserved_unallocated_bytes or 0)    # live, and cached in partly used segments
+    return int(held + o.requested_bytes * factor * new_batch / ev.batch)
 
 
 def smaller_eval_batch(ctx: "Context", ev: EvalPass, margin: float = 0.9) -> tuple[int, int] | None:

@@ -153,7 +153,7 @@ def _eval_batch(ctx: Context, ev: EvalPass, d: _Draft) -> bool:
     d.predicted, d.basis = peak, "scaled"
     d.notes.append(f"the evaluation at batch {new} needs about {fmt_bytes(peak)}: the failing allocation scaled to "
                    "the new batch" + (" (with the loss's fp32 temporaries)" if ev.logits_bytes_per_value else "")
-                   + " on top of everything live at the OOM")
+                   + " on top of what PyTorch held at the OOM, live and cached")
     train = ctx.estimate.predicted_peak_bytes if ctx.estimate is not None else None
     L = ctx.limit_bytes
     if train is not None and L and train > peak:

@@ -91,7 +91,7 @@ def evaluation_fixes(ctx: Context, ev: EvalPass, sub: str | None, hist: SiteHist
         new, peak = found
         out.append(Fix(kind, key, new, f"the failing allocation scales with the batch: {ev.batch} → {new} "
                        f"takes it to {b(ctx.oom.requested_bytes * new // ev.batch)}; predicted peak {b(peak)} "
-                       f"of {b(L)} (what was live at the OOM plus the scaled allocation"
+                       f"of {b(L)} (what PyTorch held at the OOM plus the scaled allocation"
                        + (" and the loss's fp32 temporaries" if ev.logits_bytes_per_value else "") + ")"))
     elif ev.batch is None and hist is not None and hist.ratio >= LARGER_BATCH:
         out.append(Fix(kind, key, f"divide it by {hist.ratio:.0f} or more",
