@@ -66,6 +66,7 @@ def main() -> int:
     from transformers import (AutoModelForCausalLM, AutoModelForImageClassification, HfArgumentParser, Trainer,
                               TrainingArguments)
 
+    from collate import pad_to_longest
     from models import from_config, hf_config
 
     (targs,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(args=rest)
@@ -91,15 +92,6 @@ def main() -> int:
             ids = torch.randint(0, cfg.vocab_size, (n,), generator=g)
             return {"input_ids": ids, "labels": ids.clone()}
 
-    def pad_collate(samples):
-        """Pads each batch to its longest sample (labels -100 on the padding), as DataCollatorForSeq2Seq does."""
-        n = max(len(x["input_ids"]) for x in samples)
-        ids = torch.zeros(len(samples), n, dtype=torch.long)
-        labels = torch.full((len(samples), n), -100, dtype=torch.long)
-        for k, x in enumerate(samples):
-            ids[k, : len(x["input_ids"])] = x["input_ids"]
-            labels[k, : len(x["labels"])] = x["labels"]
-        return {"input_ids": ids, "labels": labels}
 
     class RandomImages(torch.utils.data.Dataset):
         def __len__(self):
@@ -161,7 +153,7 @@ def main() -> int:
         trainer = Trainer(model=model, args=targs, train_dataset=RandomImages())
     else:
         trainer = CausalLMTrainer(model=model, args=targs, train_dataset=RandomTokens(),
-                                  data_collator=pad_collate if args.long_sample_step or args.min_seq_length
+                                  data_collator=pad_to_longest if args.long_sample_step or args.min_seq_length
                                   else None,
                                   eval_dataset=RandomTokens(args.num_eval_samples, 10**6)
                                   if args.num_eval_samples else None,

@@ -32,6 +32,7 @@ def main() -> int:
     from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
     from cards import apply_limit
+    from collate import pad_to_longest
     from models import from_config, hf_config
     from oompost.integrations.hf import OompostCallback
 
@@ -47,20 +48,11 @@ def main() -> int:
             ids = torch.randint(0, cfg.vocab_size, (n,), generator=torch.Generator().manual_seed(i))
             return {"input_ids": ids}
 
-    def collate(batch: list[dict]) -> dict:
-        n = max(len(b["input_ids"]) for b in batch)
-        ids = torch.zeros(len(batch), n, dtype=torch.long)
-        labels = torch.full((len(batch), n), -100, dtype=torch.long)
-        for k, b in enumerate(batch):
-            ids[k, : len(b["input_ids"])] = b["input_ids"]
-            labels[k, : len(b["input_ids"])] = b["input_ids"]
-        return {"input_ids": ids, "labels": labels}
-
     model = from_config(AutoModelForCausalLM, cfg, torch.bfloat16)
     args = TrainingArguments(output_dir="/tmp/hf_callback_oom", per_device_train_batch_size=4, max_steps=a.max_steps,
                              bf16=True, logging_steps=1, save_strategy="no", report_to="none", seed=3,
                              dataloader_num_workers=0)
-    trainer = Trainer(model=model, args=args, train_dataset=Docs(), data_collator=collate,
+    trainer = Trainer(model=model, args=args, train_dataset=Docs(), data_collator=pad_to_longest,
                       callbacks=[OompostCallback(dir=a.capture)])
     trainer.train()
     print("finished without an OOM")
