@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -1993,3 +1993,43 @@ def twenty_ninth_set() -> list[Scenario]:
         Run("python", "hf_trainer.py", f, gpu_gib=34, host_gib=12, max_entries=30000, timeout=240),
         priority=290, fragmentation_search=True,
         search_variants=[f, f + ["--seed", "7"], f[:7] + ["4"] + f[8:]])]
+
+
+def thirtieth_set() -> list[Scenario]:
+    """The thirtieth set (2026-12-05, fourteenth session): a CNN trained from scratch (tools/capture/cnn_loop.py,
+    a VGG-style network in fp32 with Adam), which no capture used: its configured batch too large for an 8 GB
+    card, and a validation loss summed as a tensor without torch.no_grad() that keeps every validation's graph.
+    Defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+    a = ["--image_size", "224", "--steps", "30", "--emulate_card", "rtx3070"]
+    s.append(Scenario(
+        "activation_spike_vgg_cnn_batch256_3070_8g",
+        "A VGG-style CNN (9.4M parameters, fp32, Adam) trained from scratch on 224 x 224 images at batch 256 on an "
+        "8 GB RTX 3070: the weights and Adam states (~150 MB) fit, the first step's saved activations (~100 MB "
+        "an image) do not. At batch 32 the same run completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states are tiny; the configured batch's activations exceed the card; batch 32 completes "
+                "under the same cap"},
+        Run("python", "cnn_loop.py", a + ["--batch_size", "256"], gpu_gib=8.5, host_gib=8, timeout=240),
+        counterfactuals=[("batch 32 (same cap)",
+                          Run("python", "cnn_loop.py", a + ["--batch_size", "32"], gpu_gib=8.5, host_gib=8,
+                              capture=False, timeout=240))],
+        priority=300))
+    k = ["--image_size", "224", "--batch_size", "16", "--steps", "60", "--val_every", "5", "--emulate_card",
+         "rtx3070"]
+    s.append(Scenario(
+        "leak_vgg_cnn_val_loss_graph_3070_8g",
+        "The same CNN at batch 16 on an 8 GB RTX 3070, validating one batch every 5 steps with val_loss += "
+        "criterion(model(x), y) outside torch.no_grad(): every validation's graph and saved activations (~1.6 GB) "
+        "stay alive through val_loss until the card is full. Under torch.no_grad() with .item() all 60 steps "
+        "complete.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "each validation's graph is kept through the summed tensor, so memory grows validation after "
+                "validation until the OOM; with no_grad and .item() the run completes under the same cap"},
+        Run("python", "cnn_loop.py", k + ["--val_loss", "tensor"], gpu_gib=8.5, host_gib=8, timeout=240,
+            max_entries=100000),
+        counterfactuals=[("validation under torch.no_grad() with .item() (same cap)",
+                          Run("python", "cnn_loop.py", k + ["--val_loss", "item"], gpu_gib=8.5, host_gib=8,
+                              capture=False, timeout=240))],
+        priority=301))
+    return s
