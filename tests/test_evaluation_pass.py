@@ -238,3 +238,26 @@ def test_an_evaluation_holding_more_than_its_request_is_no_confident_spike_from_
     assert r.cause == "leak" or r.confidence < 0.8
     # the evaluation batch far larger than the training one, with less live than its request, is not held back
     assert analyzed(str(EVAL / "run.log")).confidence >= 0.9
+
+
+VAL_GRAPH = SAMPLES / "leak_vgg_cnn_val_loss_graph_3070_8g"
+
+
+def test_pytorch_s_warning_naming_a_summed_loss_is_read_as_a_kept_graph():
+    for case, name in ((VAL_GRAPH, "val_loss"), (SAMPLES / "leak_gpt2_val_loss_graph_2080ti", "val_total")):
+        f = parse_paths([str(case / "run.log")]).fact("cue.graph_kept")
+        assert f is not None and f.value == name, case
+    r = analyzed(str(VAL_GRAPH / "run.log"))           # the log alone: no memory prints at all
+    assert r.cause == "leak" and r.findings[0].code == "LEAK005"
+    assert r.fixes[0].fix.key == "val_loss += loss.item()"
+
+
+def test_a_training_loss_printed_after_its_backward_is_not_a_kept_graph(tmp_path):
+    # the same warning quoting a plain training loss (float(loss) after backward holds nothing): not recorded
+    text = (VAL_GRAPH / "run.log").read_text().replace("float(val_loss) / (it // args.val_every)", "float(loss)")
+    (tmp_path / "run.log").write_text(text)
+    assert parse_paths([str(tmp_path / "run.log")]).fact("cue.graph_kept") is None
+    # and a warning whose quoted line is missing (a pasted excerpt) says nothing either
+    lines = [ln for ln in (VAL_GRAPH / "run.log").read_text().splitlines(True) if "float(val_loss)" not in ln]
+    (tmp_path / "cut.log").write_text("".join(lines))
+    assert parse_paths([str(tmp_path / "cut.log")]).fact("cue.graph_kept") is None

@@ -97,13 +97,14 @@ class Context:
     def growth_shown(self) -> bool:
         """Some input shows memory rising across steps (DESIGN.md's leak): a step series that rises, a memory
         print or reading that grows, outputs accumulated on the GPU at the failing frame or by the loop it runs in
-        (the HF Trainer's evaluation), or a snapshot whose live blocks were kept from earlier steps
-        (analysis.retention)."""
+        (the HF Trainer's evaluation), a snapshot whose live blocks were kept from earlier steps
+        (analysis.retention), or PyTorch's own warning that a summed loss still holds its graph."""
         from .phase import Phase
         from .steps import leak_trend
 
         return (leak_trend(self.steps) is not None or self.evidence.fact("cue.memory_growing") is not None
-                or self.phase.phase is Phase.RETAINED or self.retention is not None or self.in_keeping_loop)
+                or self.phase.phase is Phase.RETAINED or self.retention is not None or self.in_keeping_loop
+                or self.evidence.fact("cue.graph_kept") is not None)
 
     @property
     def keeping_loop(self) -> Frame | None:

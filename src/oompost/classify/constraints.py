@@ -54,6 +54,10 @@ def impossible_causes(ctx: Context) -> frozenset[Cause]:
         # the snapshot shows tensors kept from every earlier step, a material part of the live memory (LEAK003):
         # the leak holds, and DESIGN.md's order puts it before fragmentation and the causes of a step
         out |= {Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE}
+    if ctx.evidence.fact("cue.graph_kept") is not None and ctx.evidence.fact("cue.training_progress") is not None:
+        # PyTorch's own warning names a summed loss that still holds its graph, and iterations ran (LEAK005): the
+        # leak holds, and DESIGN.md's order puts it before fragmentation and the causes of a step
+        out |= {Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE}
     if ctx.phase.phase is Phase.RETAINED:
         # the failing allocation concatenates outputs kept from every earlier batch (LEAK002): the leak holds,
         # and DESIGN.md's order puts it before fragmentation and the causes of a step

@@ -23,11 +23,11 @@ from .base import EvidenceBuilder, LineParser, TracebackTracker
 
 def _text_parser_factories() -> list:
     # Imported here so that `import oompost` stays cheap.
-    from . import cues, deepspeed_log, exceptions, failure_lines, launcher, nccl, steps, torch_oom
+    from . import autograd_warnings, cues, deepspeed_log, exceptions, failure_lines, launcher, nccl, steps, torch_oom
 
     return [torch_oom.TorchOomParser, deepspeed_log.DeepSpeedLogParser, nccl.NcclParser,
             launcher.LauncherParser, steps.StepParser, exceptions.ExceptionParser, cues.CueParser,
-            failure_lines.FailureLineParser]
+            failure_lines.FailureLineParser, autograd_warnings.AutogradWarningParser]
 
 
 def parse_paths(paths: Iterable[str], ds_config: str | None = None,
