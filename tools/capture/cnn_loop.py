@@ -31,6 +31,10 @@ def main() -> int:
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--image_size", type=int, default=224)
     p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--min_image_size", type=int, default=None,
+                   help="scenario: multi-scale training, each step's images a random multiple of 32 pixels in "
+                        "[min_image_size, image_size]")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--val_every", type=int, default=0, help="a validation batch every N steps (0: none)")
     p.add_argument("--val_loss", default="item", choices=["item", "tensor"],
                    help="scenario: under no_grad with .item(), or summed as a tensor without no_grad")
@@ -41,7 +45,8 @@ def main() -> int:
     from torch import nn
 
     start_scenario(args)
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
+    sizes = torch.Generator().manual_seed(args.seed)
 
     def block(cin: int, cout: int) -> nn.Sequential:
         return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
@@ -60,7 +65,11 @@ def main() -> int:
     t0 = time.time()
     model.train()
     for it in range(1, args.steps + 1):
-        x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device="cuda")
+        side = args.image_size
+        if args.min_image_size:
+            side = 32 * int(torch.randint(args.min_image_size // 32, args.image_size // 32 + 1, (1,),
+                                          generator=sizes))
+        x = torch.randn(args.batch_size, 3, side, side, device="cuda")
         y = torch.randint(0, 100, (args.batch_size,), device="cuda")
         out = model(x)
         loss = loss_fn(out, y)
@@ -79,7 +88,8 @@ def main() -> int:
             print(f"Validation after {it} iterations: loss {float(val_loss) / (it // args.val_every):.4f}",
                   flush=True)
         if it % 5 == 0:
-            print(f"Epoch 1 [{it}/{args.steps}] loss: {loss.item():.4f} ({time.time() - t0:.1f}s)", flush=True)
+            print(f"Epoch 1 [{it}/{args.steps}] loss: {loss.item():.4f} size {side} ({time.time() - t0:.1f}s)",
+                  flush=True)
     print(f"Finished training: mean loss {sum(losses) / len(losses):.4f}", flush=True)
     if args.report:
         from run_report import write_run_report

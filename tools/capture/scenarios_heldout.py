@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set() + thirty_first_set()
 
 
 def second_set() -> list[Scenario]:
@@ -2033,3 +2033,21 @@ def thirtieth_set() -> list[Scenario]:
                               capture=False, timeout=240))],
         priority=301))
     return s
+
+
+def thirty_first_set() -> list[Scenario]:
+    """The thirty-first set (2026-12-05, fourteenth session): fragmentation from multi-scale training of the same
+    VGG-style CNN (each step's images a random multiple of 32 pixels between 128 and 512), a vision source of
+    varying shapes no fragmentation capture used.  Defined before it ran and scored as it came."""
+    f = ["--batch_size", "32", "--image_size", "512", "--min_image_size", "128", "--steps", "60"]
+    return [Scenario(
+        "fragmentation_vgg_cnn_multiscale",
+        "A VGG-style CNN (fp32, Adam) trained from scratch with multi-scale inputs: each step's 32 images are a "
+        "random 128-512 pixels square. The memory cap is set just above what the same run needs with "
+        "expandable_segments:True, which completes under it.",
+        {"cause": "fragmentation", "sub_cause": None,
+         "why": "the request fits in reserved-but-unallocated plus the rest of the allowance, but no free block "
+                "is large enough; expandable_segments:True completes the same run under the same cap"},
+        Run("python", "cnn_loop.py", f, gpu_gib=30, host_gib=8, max_entries=100000, timeout=200),
+        priority=310, fragmentation_search=True,
+        search_variants=[f, f + ["--seed", "1"], f[:1] + ["24"] + f[2:]])]
