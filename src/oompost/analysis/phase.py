@@ -204,7 +204,7 @@ def _match(fr: Frame) -> tuple[Phase, str] | None:
     return None
 
 
-def _is_torch_internal(fr: Frame) -> bool:
+def is_torch_internal(fr: Frame) -> bool:
     """A frame of torch itself: under an installed package, the package's own path decides (a virtualenv in
     /opt/torch/.venv makes every installed library's path hold "/torch/"); elsewhere, a torch source tree."""
     f = fr.filename.replace("\\", "/")
@@ -244,7 +244,7 @@ def classify_frames(frames: tuple[Frame, ...], innermost_first: bool, constructo
         if (fr.line <= 0 and fr.name != LOST_FRAME) or any(s in fr.name for s in _IGNORE_NAMES):
             continue
         m = _match(fr)
-        internal = _is_torch_internal(fr)
+        internal = is_torch_internal(fr)
         if m is None and constructors and weak is None and not internal and _CONSTRUCTOR.match(fr.name):
             if any(e in fr.filename.replace("\\", "/") for e in _ENGINES_THAT_RUN_IN_INIT):
                 return PhaseMatch(Phase.UNKNOWN)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import Frame, Snapshot
-from .phase import _is_torch_internal
+from .phase import is_torch_internal
 from .retention import last_step_start
 from .snapshot_metrics import device_trace, oom_device, oom_index
 
@@ -45,7 +45,7 @@ class SiteHistory:
 def _site(frames: tuple[Frame, ...]) -> str | None:
     """The innermost frame (snapshot frames come innermost first) outside torch, in a Python file."""
     for f in frames:
-        if f.filename.endswith(".py") and not _is_torch_internal(f):
+        if f.filename.endswith(".py") and not is_torch_internal(f):
             return f"{f.filename.replace(chr(92), '/').rsplit('/', 1)[-1]}:{f.line}"
     return None
 

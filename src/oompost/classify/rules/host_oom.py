@@ -55,7 +55,7 @@ _HOST_OOM_WORDS = {
 
 LOAD_LEAN = Fix("code", "load without a full host copy",
                 "from_pretrained(..., low_cpu_mem_usage=True, device_map=...); a state dict: "
-                "torch.load(path, map_location='cuda') or torch.load(path, mmap=True) + load_state_dict(assign=True)",
+                "load it with map_location='cuda', or memory-mapped (mmap=True) into load_state_dict(assign=True)",
                 "loading otherwise builds the whole model (or state dict) in host RAM before it moves, once per "
                 "process")
 
