@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set() + thirty_first_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set() + thirty_first_set() + thirty_second_set()
 
 
 def second_set() -> list[Scenario]:
@@ -2051,3 +2051,44 @@ def thirty_first_set() -> list[Scenario]:
         Run("python", "cnn_loop.py", f, gpu_gib=30, host_gib=8, max_entries=100000, timeout=200),
         priority=310, fragmentation_search=True,
         search_variants=[f, f + ["--seed", "1"], f[:1] + ["24"] + f[2:]])]
+
+
+def thirty_second_set() -> list[Scenario]:
+    """The thirty-second set (2026-12-05, fifteenth session): two stacks no capture used — batched offline
+    generation that keeps every batch's GenerateOutput (its per-step scores stay on the GPU), and contrastive
+    image-text pre-training of a CLIP-shaped dual encoder at a large batch.  Defined before it ran and scored as
+    it came."""
+    s: list[Scenario] = []
+    g = ["--model", "qwen2.5-0.5b", "--batch_size", "8", "--prompt_tokens", "256", "--max_new_tokens", "128",
+         "--batches", "40", "--emulate_card", "t4"]
+    s.append(Scenario(
+        "leak_qwen2.5_0.5b_generate_output_scores_kept_t4_16g",
+        "Offline batched generation with a Qwen2.5-0.5B-shaped model (bf16) on a 16 GB T4 cap: 40 batches of 8 "
+        "prompts, model.generate(..., return_dict_in_generate=True, output_scores=True), each batch's whole "
+        "output appended to a list, so every step's scores (8 x 151,936 fp32 values, 128 steps: ~0.6 GB a batch) "
+        "stay on the GPU until the card is full. Keeping only out.sequences.cpu() completes all 40 batches.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "memory grows by the same ~0.6 GB every batch (the kept scores) until the OOM; keeping only the "
+                "sequences on the host completes under the same cap"},
+        Run("python", "generate_batches.py", g + ["--keep", "outputs"], gpu_gib=15.5, host_gib=8, timeout=300,
+            max_entries=60000),
+        counterfactuals=[("keep only out.sequences.cpu() (same cap)",
+                          Run("python", "generate_batches.py", g + ["--keep", "sequences"], gpu_gib=15.5,
+                              host_gib=8, capture=False, timeout=300))],
+        priority=320))
+    c = ["--image_size", "224", "--steps", "10", "--emulate_card", "rtx3090"]
+    s.append(Scenario(
+        "activation_spike_clip_vit_b16_batch512_3090_24g",
+        "Contrastive image-text pre-training of a CLIP-shaped model (ViT-B/16 vision tower, 12-layer text tower, "
+        "150M parameters, fp32 weights, bf16 autocast, AdamW) at batch 512 on a 24 GB RTX 3090: the model states "
+        "(~2.4 GB) fit, the first step's saved activations for 512 images and captions do not. At batch 64 the "
+        "same run completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states are small; one step's activations at the configured batch exceed the card; batch 64 "
+                "completes under the same cap"},
+        Run("python", "clip_loop.py", c + ["--batch_size", "512"], gpu_gib=24, host_gib=8, timeout=240),
+        counterfactuals=[("batch 64 (same cap)",
+                          Run("python", "clip_loop.py", c + ["--batch_size", "64"], gpu_gib=24, host_gib=8,
+                              capture=False, timeout=240))],
+        priority=321))
+    return s
