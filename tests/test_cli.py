@@ -47,6 +47,13 @@ def test_format_selection_and_gzip_input(tmp_path):
     assert json.loads((out / "report.json").read_text())["oom"]["requested_bytes"] == 304 * 2**20
 
 
+def test_format_names_people_type(tmp_path):
+    out = tmp_path / "rep"
+    r = run("analyze", str(SPIKE), "-o", str(out), "--format", "Markdown,md,json")
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
+
+
 def test_usage_errors_exit_2(tmp_path):
     assert run("analyze").exit_code == 2
     assert run("analyze", str(SPIKE), "--format", "pdf").exit_code == 2

@@ -14,11 +14,12 @@ from . import __version__
 from .errors import InputError, OompostError
 
 FORMATS = ("html", "md", "json")
+ALIASES = {"markdown": "md", "htm": "html"}   # the names people type for the same files
 EXIT_INTERNAL, EXIT_USAGE, EXIT_INPUT, EXIT_SCAN_PARTIAL = 1, 2, 3, 4
 
 
 def _formats(value: str) -> tuple[str, ...]:
-    out = tuple(v.strip().lower() for v in value.split(",") if v.strip())
+    out = tuple(dict.fromkeys(ALIASES.get(v, v) for v in (v.strip().lower() for v in value.split(",")) if v))
     bad = [v for v in out if v not in FORMATS]
     if bad or not out:
         raise click.BadParameter(f"choose from {', '.join(FORMATS)} (comma-separated), not {value!r}")
