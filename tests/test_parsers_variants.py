@@ -779,6 +779,20 @@ def test_a_library_handle_that_cannot_be_created_is_a_set_up_to_correct():
     assert any("PREALLOCATE" in f.key for f in r.primary.fixes)
 
 
+def test_pytorchs_cublas_handle_failure_points_at_who_else_holds_the_gpu_not_at_tensorflow():
+    # stanford-futuredata/ColBERT#151 (dev): "CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling
+    # cublasCreate(handle)" after four "#> Starting..." lines (nranks=4 on one GPU; nranks=1 fixed it)
+    import oompost
+
+    r = oompost.analyze([str(CORPUS / "stanford-futuredata__ColBERT__151" / "log.txt")])
+    assert r.cause == "config_error" and r.primary.sub_cause == "library_init"
+    assert "who else holds the GPU" in r.primary.fixes[0].key
+    assert not any("PREALLOCATE" in f.key for f in r.primary.fixes)
+    # the allocation failure of the same call stays an out-of-memory of its own
+    ev = parse_text("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`\n")
+    assert ev.ooms and not any(f.kind.name == "CONFIG_VALIDATION" for f in ev.failures)
+
+
 def test_riches_marked_source_line_places_an_excerpt_without_frame_headers():
     # deepspeedai/DeepSpeed#2672 (dev): only rich's boxed source context survives above the message; its marked
     # line ("❱  905 │ ... return t.to(device, ...") is the failing statement: the model moving to the GPU

@@ -175,9 +175,11 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     # cuDNN / cuBLAS unable to create their handle at start-up (TensorFlow, JAX/XLA, EXLA): the framework's
     # preallocation or another process left no memory for it, or the library does not match the driver -- a
     # set-up to correct either way: "Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR", "failed to create
-    # cublas handle: CUBLAS_STATUS_NOT_INITIALIZED"
-    (FailureKind.CONFIG_VALIDATION, ("cudnn handle", "cublas handle"),
-     re.compile(r"[Cc]ould not create cudnn handle: CUDNN_STATUS_\w+|failed to create cublas handle: CUBLAS_STATUS_\w+")),
+    # cublas handle: CUBLAS_STATUS_NOT_INITIALIZED"; PyTorch's form: "RuntimeError: CUDA error:
+    # CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`" (ALLOC_FAILED there is an OOM of its own)
+    (FailureKind.CONFIG_VALIDATION, ("cudnn handle", "cublas handle", "CUBLAS_STATUS_NOT_INITIALIZED"),
+     re.compile(r"[Cc]ould not create cudnn handle: CUDNN_STATUS_\w+|failed to create cublas handle: CUBLAS_STATUS_\w+|"
+                r"CUBLAS_STATUS_NOT_INITIALIZED when calling `?cublasCreate")),
     # accelerate refusing a k-bit model placed on another device than the rank trains on (a per-rank device_map
     # under torchrun): "ValueError: You can't train a model that has been loaded in 8-bit precision on a different
     # device than the one you're training on."

@@ -127,16 +127,20 @@ class ConfigError:
             fixes.append(Fix("code", "device_map", "{'': int(os.environ['LOCAL_RANK'])} (or torch.cuda.current_device())",
                              "under torchrun / accelerate each rank loads the quantized model onto its own GPU; "
                              "device_map='auto' spreads one copy over every visible GPU"))
-        elif "cudnn handle" in msg or "cublas handle" in msg:
+        elif "cudnn handle" in msg or "cublas handle" in msg or "cublasCreate" in msg:
             title, sub = "cuDNN / cuBLAS could not start: no memory left for its handle, or a library mismatch", \
                 "library_init"
-            fixes += [Fix("env", "TF_FORCE_GPU_ALLOW_GROWTH / XLA_PYTHON_CLIENT_PREALLOCATE",
-                          "true / false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.7)",
-                          "TensorFlow and XLA take most of the card up front; the library's handle needs some left"),
-                      Fix("code", "who else holds the GPU", "nvidia-smi; an idle card via CUDA_VISIBLE_DEVICES",
-                          "another process on the card leaves the same too little"),
-                      Fix("code", "the cuDNN / CUDA build", "match the framework's cuDNN and CUDA to the driver",
-                          "a mismatched library fails the same way with memory free")]
+            preallocating = Fix("env", "TF_FORCE_GPU_ALLOW_GROWTH / XLA_PYTHON_CLIENT_PREALLOCATE",
+                                "true / false (or XLA_PYTHON_CLIENT_MEM_FRACTION=.7)",
+                                "TensorFlow and XLA take most of the card up front; the library's handle needs some "
+                                "left")
+            others = Fix("code", "who else holds the GPU", "nvidia-smi; an idle card via CUDA_VISIBLE_DEVICES, one "
+                         "process per GPU (torch.cuda.set_device(local_rank))",
+                         "another process on the card (or several ranks started on one GPU) leaves too little")
+            # PyTorch's own form ("... when calling `cublasCreate(handle)`") comes from no TensorFlow or XLA
+            fixes += [others] if "cublasCreate" in msg else [preallocating, others]
+            fixes.append(Fix("code", "the cuDNN / CUDA build", "match the framework's cuDNN and CUDA to the driver",
+                             "a mismatched library fails the same way with memory free"))
         elif sched is not None:
             title, sub = f"The batch scheduler ({sched.group(1)}) refused or could not launch the job", "scheduler"
             if "credential expired" in msg or "Task launch" in msg:
