@@ -236,6 +236,26 @@ def test_the_fallback_capacity_fixes_follow_the_framework(text, first_kind, ds_f
         assert f.fixes[0].key.startswith("LoRA") and any("8-bit" in x.key for x in f.fixes)
 
 
+# When the verdict leaves the other of capacity / activation_spike close behind, the finding says so and leads with
+# the one run that tells them apart, instead of stating "no batch size makes it fit" as fact.
+@pytest.mark.parametrize("cause, other_p, hedged", [
+    (Cause.CAPACITY, 0.30, True), (Cause.ACTIVATION_SPIKE, 0.25, True), (Cause.CAPACITY, 0.10, False)])
+def test_a_close_capacity_spike_call_is_hedged_and_leads_with_the_micro_batch_test(cause, other_p, hedged):
+    from oompost.analysis.context import build_context
+    from oompost.classify.explain import finding_for
+    from oompost.classify.verdict import Verdict
+
+    other = Cause.ACTIVATION_SPIKE if cause is Cause.CAPACITY else Cause.CAPACITY
+    ctx = build_context(parse_text(BARE_OOM))
+    v = Verdict(cause, 1 - other_p - 0.05, ((cause, 1 - other_p - 0.05), (other, other_p)), ())
+    f = finding_for(ctx, v, ())
+    assert f.fixes[0].key.startswith("one test step at micro-batch 1") is hedged
+    assert (other.value in f.detail) is hedged
+    assert ("no batch size makes it fit" in f.detail) is (not hedged and cause is Cause.CAPACITY)
+    if hedged:
+        assert all("empty_cache" in n.what for n in f.not_fixes)
+
+
 def test_fragmentation_compares_the_new_segment_not_the_request_with_what_is_free():
     # neurosim/DNN_NeuroSim_V1.3#28 (dev, fragmentation; a blind reader called it decidable): "Tried to allocate
     # 1.12 MiB (...; 3.56 MiB free; 787.74 MiB cached)".  A 1-10 MiB request needs a new 20 MiB segment, which

@@ -50,6 +50,14 @@ _DETAIL = {
 }
 
 
+_HEDGED_DETAIL = {
+    Cause.CAPACITY: "The card is full of what the run holds, and nothing in the inputs points to one step's "
+                    "activations: most likely the weights, gradients and optimizer state do not fit.",
+    Cause.ACTIVATION_SPIKE: "The card is full of what the run holds, and what points to a step's activations "
+                            "(the phase, the numbers) makes them the more likely excess.",
+}
+
+
 _FIXES = {
     Cause.CONFIG_ERROR: (Fix("ds_config", "the setting the error names", "correct it",
                              "the run stops on validation; memory was never the problem"),),
@@ -139,6 +147,21 @@ def _growth(ctx: "Context") -> "tuple[str, tuple[SourceRef, ...]] | None":
             f"between the lines cited.", (n.ref, span.ref))
 
 
+# Capacity and a step's activations fill the card alike: when the verdict leaves the other one close, the finding says
+# so and its first fix is the one run that tells them apart, instead of stating either as fact.
+CLOSE_ALTERNATIVE = 0.2
+_SIZE_TEST = Fix("code", "one test step at micro-batch 1 (same sequence length / image size)", "",
+                 "still fails: the model states do not fit (capacity); fits: this batch's activations were the excess")
+_PAIR = {Cause.CAPACITY: Cause.ACTIVATION_SPIKE, Cause.ACTIVATION_SPIKE: Cause.CAPACITY}
+
+
+def close_alternative(v: "Verdict") -> float:
+    """The probability of the other of capacity / activation_spike when it is close behind ``v.cause``; 0 otherwise."""
+    other = _PAIR.get(v.cause)
+    p = dict(v.probabilities).get(other, 0.0) if other is not None else 0.0
+    return p if p >= CLOSE_ALTERNATIVE else 0.0
+
+
 def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Finding:
     """The finding of ``v.cause`` built from the verdict's signals and the failure lines."""
     cause = v.cause
@@ -164,6 +187,18 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
         fixes = CAPACITY_NO_DEEPSPEED if ctx.setup.lora_r is None else (_QLORA,) + CAPACITY_NO_DEEPSPEED[1:]
     signals = tuple((f"{name} (learned weight)", round(w, 3)) for name, w in v.contributions)
     detail = _DETAIL.get(cause, "")
+    title = _TITLES.get(cause, cause.value)
+    not_fixes = (runtime_not_fixes(ctx.own_runtime) if ctx.own_runtime
+                 else () if ctx.is_serving else _NOT.get(cause, ()))
+    other = close_alternative(v)
+    if other and sub is None and not ctx.is_serving and not ctx.own_runtime:
+        alt = _PAIR[cause].value
+        title += " (or this batch's activations)" if cause is Cause.CAPACITY else " (or the model states)"
+        detail = (_HEDGED_DETAIL[cause] + f" The inputs do not tell it from {alt} ({other:.0%}): one run at "
+                  "micro-batch 1 does — if it still fails the model states do not fit, if it fits the batch was "
+                  "the excess.")
+        fixes = (_SIZE_TEST,) + tuple(f for f in fixes if f.key != _SIZE_TEST.key)
+        not_fixes = tuple(n for n in not_fixes if "empty_cache" in n.what)
     if cause is Cause.LEAK:
         grew = _growth(ctx)
         if grew:
@@ -179,8 +214,7 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
         if not any((r.source, r.line) == (c.source, c.line) for c in cited):
             cited.append(r)
     refs = cited
-    return Finding("VERDICT", cause, _TITLES.get(cause, cause.value), v.probability, evidence=tuple(refs[:5]),
-                   fixes=fixes, not_fixes=(runtime_not_fixes(ctx.own_runtime) if ctx.own_runtime
-                              else () if ctx.is_serving else _NOT.get(cause, ())),
+    return Finding("VERDICT", cause, title, v.probability, evidence=tuple(refs[:5]),
+                   fixes=fixes, not_fixes=not_fixes,
                    signals=signals,
                    detail=detail, sub_cause=sub)
