@@ -793,6 +793,16 @@ def test_pytorchs_cublas_handle_failure_points_at_who_else_holds_the_gpu_not_at_
     assert ev.ooms and not any(f.kind.name == "CONFIG_VALIDATION" for f in ev.failures)
 
 
+def test_onnx_runtimes_session_initialization_is_model_loading():
+    # iperov/DeepFaceLive#33 (dev, capacity): "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Exception during
+    # initialization: ... BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size
+    # 150994944" -- the session places the model's weights when it is created
+    ev = parse_text((CORPUS / "iperov__DeepFaceLive__33" / "log.txt").read_text())
+    assert ev.fact("cue.model_loading") is not None
+    assert parse_text("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running "
+                      "Conv node.\n").fact("cue.model_loading") is None
+
+
 def test_riches_marked_source_line_places_an_excerpt_without_frame_headers():
     # deepspeedai/DeepSpeed#2672 (dev): only rich's boxed source context survives above the message; its marked
     # line ("❱  905 │ ... return t.to(device, ...") is the failing statement: the model moving to the GPU

@@ -21,10 +21,12 @@ CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
     # checkpoint path at ...", accelerate's "Loading states from ...", "Loading checkpoint from ...")
     "model_loading": (("Loading checkpoint", "Loading weights", "loading weights", "Loading model",
                        "load_state_dict", "from_pretrained", "Loading the model", "Resuming from checkpoint",
-                       "Restoring states from", "Loading states from"),
+                       "Restoring states from", "Loading states from", "Exception during initialization"),
                       re.compile(r"Loading checkpoint shards|Loading checkpoint (?:from|at)\b|Loading (?:model )?weights|"
                                  r"Loading model|loading weights|load_state_dict|from_pretrained|Loading the model|"
-                                 r"Resuming from checkpoint|Restoring states from|Loading states from")),
+                                 r"Resuming from checkpoint|Restoring states from|Loading states from|"
+                                 # ONNX Runtime creating its session (placing the model's initializers)
+                                 r"\[ONNXRuntimeError\].*Exception during initialization")),
     # training progress: tqdm bars, HF Trainer log dicts, "Epoch 3", "step 120"
     "training_progress": (("it/s]", "s/it]", "'loss':", "\"loss\":", "Epoch", "epoch", "iteration", "Iteration",
                            "global_step", "train_loss"),
