@@ -88,6 +88,18 @@ def test_a_network_trained_from_scratch_is_not_told_to_train_adapters():
     assert any("lora" in f.key.lower() for f in Capacity()._fixes(bare))
 
 
+def test_a_network_trained_from_scratch_whose_step_does_not_fit_gets_its_own_knobs_not_trainer_arguments():
+    # facebookresearch/detectron2#1902 (dev, activation_spike): the failing stack runs through detectron2 and
+    # convolutions; gradient_checkpointing / per_device_train_batch_size / max_seq_length are HF Trainer arguments
+    # such a run does not have, and no rerun plan is invented without its batch size
+    r = oompost.analyze([str(CORPUS / "facebookresearch__detectron2__1902" / "log.txt")])
+    assert r.cause == "activation_spike"
+    keys = [f.key for f in r.primary.fixes]
+    assert keys[:4] == ["batch size", "input size", "mixed precision", "activation checkpointing"]
+    assert not any(f.kind == "trainer_arg" for f in r.primary.fixes)
+    assert r.rerun is None or "gradient_checkpointing" not in (r.rerun.trainer_args or {})
+
+
 def test_every_runtime_context_names_has_its_own_fixes():
     # Context.own_runtime reads oompost.model.OWN_RUNTIMES; a runtime added there without a table would get no fixes
     from oompost.model import OWN_RUNTIMES

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from ..model import SourceRef
 from .base import Cause, Finding, Fix, NotAFix
-from .rules._common import CAPACITY_FROM_SCRATCH, CAPACITY_NO_DEEPSPEED, LARGER_CARD, SERVING_CAPACITY_FIXES
+from .rules._common import (CAPACITY_FROM_SCRATCH, CAPACITY_NO_DEEPSPEED, LARGER_CARD, SERVING_CAPACITY_FIXES,
+                            SPIKE_FROM_SCRATCH)
 from .rules._runtimes import runtime_fixes, runtime_not_fixes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -179,6 +180,8 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
     elif cause is Cause.ACTIVATION_SPIKE and (ctx.phase.phase.value == "generation"
                                             or ctx.evidence.fact("cue.serving") is not None):
         sub, fixes = "kv_cache", _KV_FIXES + (() if ctx.is_serving else fixes[:1])
+    elif cause is Cause.ACTIVATION_SPIKE and not ctx.adapters_apply:
+        fixes = SPIKE_FROM_SCRATCH
     elif cause is Cause.CAPACITY and ctx.is_serving:
         fixes = SERVING_CAPACITY_FIXES
     elif cause is Cause.CAPACITY and not ctx.setup.deepspeed and not ctx.adapters_apply:

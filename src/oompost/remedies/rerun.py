@@ -197,6 +197,14 @@ def _batch_search(ctx: Context, d: _Draft, allow_ckpt: bool) -> bool:
         if fits(w, L, MARGIN):
             best = (m, c, w)
             break
+    if ctx.spec is None and not ctx.adapters_apply:
+        # a network trained from scratch, size unknown: no trainer argument turns checkpointing on; a known batch
+        # is halved (the finding's fixes name the rest: input size, autocast, torch.utils.checkpoint)
+        if s.get("micro_batch") is None or mb <= 1:
+            return False
+        _set_batch(ctx, d, max(1, mb // 2), gas * 2)
+        d.notes.append("model size unknown: no predicted peak")
+        return True
     if ctx.spec is None:
         # no model size, so no prediction: the generic move, said as such
         if not ckpt:

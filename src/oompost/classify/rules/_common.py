@@ -39,6 +39,19 @@ CAPACITY_FROM_SCRATCH = (
     LARGER_CARD,
 )
 
+# A network trained from scratch (positive evidence only: ``Context.adapters_apply`` False) whose step does not fit:
+# no trainer arguments to flip; its batch, its input size, its precision and torch.utils.checkpoint are the knobs.
+SPIKE_FROM_SCRATCH = (
+    Fix("code", "batch size", "halve it (in training, accumulate gradients over 2 steps to keep the effective batch)",
+        "activations scale with the batch"),
+    Fix("code", "input size", "smaller crops / images / point sets per sample (or tile the input at inference)",
+        "a convolution's activations scale with the pixels (or points) of each sample"),
+    Fix("code", "mixed precision", "torch.autocast(device_type='cuda', dtype=torch.bfloat16) (fp16 with a GradScaler "
+        "on cards without bf16)", "the activations kept for backward take half the bytes"),
+    Fix("code", "activation checkpointing", "torch.utils.checkpoint around the heaviest blocks (the backbone's stages)",
+        "keeps only each block's input and recomputes the rest in backward"),
+)
+
 # an inference server whose weights and KV cache do not fit: its own settings, not a trainer's
 SERVING_CAPACITY_FIXES = (Fix("code", "--tensor-parallel-size", "the number of GPUs the weights must be split over",
                               "each GPU then holds 1/N of the weights"),

@@ -26,7 +26,7 @@ from ...analysis.phase import Phase
 from ...analysis.steps import larger_step, leak_trend, max_peak_allocated, noun
 from ...analysis.whatif import fit_words, what_if
 from ..base import Cause, Finding, Fix, NotAFix, confidence
-from ._common import b, headroom, limit_label, oom_refs
+from ._common import SPIKE_FROM_SCRATCH, b, headroom, limit_label, oom_refs
 from ._inference import (evaluation_detail, evaluation_fixes, evaluation_numbers, evaluation_signals,
                          generation_fixes, inference_not_fixes)
 from ._runtimes import runtime_fixes
@@ -165,6 +165,9 @@ class ActivationSpike:
         s = ctx.setup
         L = ctx.limit_bytes
         out: list[Fix] = []
+        if sub != "kv_cache" and not ctx.adapters_apply:
+            # a network trained from scratch (a CNN, a detector): no trainer arguments, its own knobs
+            return list(SPIKE_FROM_SCRATCH)
         if spike and sub != "kv_cache":
             # one batch far larger than every step that ran: its longest sample is the change that removes it
             # (checkpointing leaves the logits and the fp32 loss of a long document in place: two
@@ -183,6 +186,7 @@ class ActivationSpike:
         if sub == "kv_cache":
             out.append(Fix("code", "generation batch size", "halve it (or cap max_new_tokens)",
                            "the KV cache grows with batch × (prompt + generated) tokens"))
+
         if not s.get("grad_ckpt", False) and sub != "kv_cache":
             w = what_if(ctx, "gradient checkpointing", grad_ckpt=True)
             out.append(Fix("trainer_arg", "gradient_checkpointing", True,
