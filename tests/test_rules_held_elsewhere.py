@@ -31,6 +31,20 @@ def test_a_card_held_by_someone_else_is_a_config_error_with_the_numbers():
         assert "nvidia-smi" in f.fixes[0].key
 
 
+def test_one_named_process_holding_over_a_third_of_the_card_is_held_elsewhere_below_a_third_it_is_not():
+    # Lightning-AI/litgpt#159 (dev, config_error): "Process 147633 has 32.01 GiB memory in use. Including
+    # non-PyTorch memory, this process has 46.70 GiB" on a 79.15 GiB card -- 40% held by another job
+    r = report_from_evidence(parse_paths([str(CORPUS / "Lightning-AI__litgpt__159" / "log.txt")]))
+    assert r.cause == "config_error" and r.primary.code == "CFG003"
+    assert r.primary.title == "Another process held a large part of the GPU"
+    assert any("147633 holds 32.01 GiB" in s for s, _ in r.primary.signals)
+    # the same message with the other process at a fifth of the card: no shared-card finding
+    text = (CORPUS / "Lightning-AI__litgpt__159" / "log.txt").read_text().replace(
+        "Process 147633 has 32.01 GiB", "Process 147633 has 16.01 GiB").replace("452.44 MiB is free",
+                                                                            "16.45 GiB is free")
+    assert HeldElsewhere().evaluate(build_context(parse_text(text))) == []
+
+
 def test_the_verdict_follows_on_the_shared_card():
     r = report_from_evidence(parse_paths([str(SHARED_A6000)]))
     assert r.cause == "config_error" and r.primary.code == "CFG003"

@@ -1,4 +1,5 @@
-"""CFG003 — most of the GPU was held by memory this process's PyTorch never allocated.
+"""CFG003 — most of the GPU (or a third of it, by one other process the message names) was held by memory this
+process's PyTorch never allocated.
 
 **Cause**  The OOM message says how big the card is, how much of it is free,
 and how much PyTorch in the failing process has reserved.  When the card is
@@ -42,8 +43,10 @@ class HeldElsewhere:
             signals.append((f"the message names the other process: {pid} holds {b(n)}", 0.2))
         numbers = (("GPU capacity", b(cap)), ("free at the OOM", b(ctx.oom.free_bytes)),
                    ("held by this process", b(own)), ("held elsewhere", b(elsewhere)))
+        title = ("Most of the GPU was held by something other than this run" if share >= 0.5 else
+                 "Another process held a large part of the GPU")
         return [Finding(
-            self.code, self.cause, "Most of the GPU was held by something other than this run",
+            self.code, self.cause, title,
             confidence(signals), evidence=oom_refs(ctx),
             fixes=(Fix("code", "free the GPU (nvidia-smi shows who holds it)", "",
                        "a second job, a live notebook kernel or a second rank on the same device holds the memory"),
