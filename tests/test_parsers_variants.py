@@ -439,6 +439,16 @@ THC_HOST = ("> THCudaCheck FAIL file=/opt/conda/conda-bld/pytorch_1616554800319/
             "THCCachingHostAllocator.cpp line=278 error=2 : out of memory\n")
 
 
+def test_killed_glued_to_a_keras_progress_line_is_a_kill_but_not_inside_a_word():
+    # keras-team/keras#3476 (test fold; the kill was scored as missed on arrival): the progress bar is redrawn
+    # with "\r", so the shell's message lands on its line: "... - ETA: 365s - loss: 2.1371Killed"
+    from oompost.model import FailureKind
+
+    line = "165376/296960 [===============>..............] - ETA: 365s - loss: 2.1371Killed\n"
+    assert [f.kind for f in parse_text(line).failures] == [FailureKind.KILLED]
+    assert not parse_text("pod status: NotKilled\n").failures
+
+
 def test_localised_killed_and_the_caching_host_allocator_are_host_failures():
     from oompost.model import FailureKind
 

@@ -50,8 +50,9 @@ def _vllm_check(text: str) -> ConfigIssue | None:
 
 # (kind, sentinels, pattern)
 PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
-    # (a trailing markdown backtick or quote is the forum's, not the shell's)
-    (FailureKind.KILLED, ("Killed",), re.compile(r"(?:^|[\]\s|:`])Killed[\s`'\"]*$")),
+    # (a trailing markdown backtick or quote is the forum's, not the shell's; a progress line redrawn with "\r"
+    # has no newline before the shell's message: Keras' "- loss: 2.1371Killed", tqdm's "12.3%Killed")
+    (FailureKind.KILLED, ("Killed",), re.compile(r"(?:^|[\]\s|:`\d%)])Killed[\s`'\"]*$")),
     # the shell's "Killed" in other locales (glibc's strsignal(SIGKILL)), often glued to a progress bar
     (FailureKind.KILLED, ("已杀死", "已殺死", "強制終了", "Getötet", "Убито", "죽었음"),
      re.compile(r"(?:已杀死|已殺死|強制終了|Getötet|Убито|죽었음)[\s`'\"]*$")),
