@@ -449,6 +449,20 @@ def test_killed_glued_to_a_keras_progress_line_is_a_kill_but_not_inside_a_word()
     assert not parse_text("pod status: NotKilled\n").failures
 
 
+@pytest.mark.parametrize("case", ["NVIDIA__nccl__525", "facebookresearch__detectron2__384"])
+def test_a_full_dev_shm_under_nccl_and_a_loader_worker_that_exited_are_host_memory(case):
+    # NVIDIA/nccl#525 (dev, host_oom): "include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on
+    # device" in a Kubeflow pod; facebookresearch/detectron2#384 (dev, host_oom): "RuntimeError: DataLoader worker
+    # (pid(s) 25) exited unexpectedly" in Docker, fixed by --shm-size
+    import oompost
+
+    r = oompost.analyze([str(CORPUS / case / "log.txt")])
+    assert r.cause == "host_oom" and r.primary.sub_cause == "shm"
+    keys = [f.key for f in r.primary.fixes]
+    assert keys[0] == "docker run --shm-size"
+    assert ("NCCL_SHM_DISABLE" in keys) is (case == "NVIDIA__nccl__525")
+
+
 def test_localised_killed_and_the_caching_host_allocator_are_host_failures():
     from oompost.model import FailureKind
 

@@ -72,12 +72,19 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                 r"Memory cgroup out of memory|killed as a result of limit|"
                 # Ray's memory monitor, which kills a worker before the kernel would
                 + _RAY_MONITOR.pattern)),
-    (FailureKind.SHM, ("Bus error", "shared memory", "/dev/shm", "shm", "receive FIFO"),
+    (FailureKind.SHM, ("Bus error", "shared memory", "/dev/shm", "shm", "receive FIFO", "exited unexpectedly"),
      # (shm_open refused with "Permission denied" is a set-up fault, not a full /dev/shm: pytorch#37004)
      re.compile(r"Bus error|bus error|insufficient shared memory|/dev/shm|shm_open(?!.*Permission denied)|"
                 # UCX's shared-memory transport: "mm_iface failed to allocate receive FIFO"
                 r"failed to allocate receive FIFO|"
-                r"No space left on device.*shm|unable to (?:open|write to) shared memory")),
+                r"No space left on device.*shm|unable to (?:open|write to) shared memory|"
+                # NCCL's shared-memory transport: "include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No
+                # space left on device" (its next "Error while creating shared memory segment" follows a refused
+                # shm_open too, a set-up fault: not matched)
+                r"shm\.h:\d+ NCCL WARN Call to posix_fallocate failed\s*:\s*No space left on device|"
+                # a loader worker that died without a Python error: a full /dev/shm or a kill, host memory either
+                # way ("RuntimeError: DataLoader worker (pid(s) 25) exited unexpectedly")
+                r"DataLoader worker \(pids?(?:\(s\))? [\d, ]+\) exited unexpectedly")),
     (FailureKind.PINNED_HOST, ("cudaHostAlloc", "cudaMallocHost", "cuMemHostAlloc", "cuMemAllocHost", "pin_memory",
                                "pinned", "on host", "CachingHostAllocator"),
      # the CUDA runtime / driver calls that allocate pinned host memory (dlib: "Error while calling

@@ -145,7 +145,13 @@ class HostOom:
         if sub == "shm":
             fixes.append(Fix("code", "docker run --shm-size", "16g", "DataLoader workers and NCCL's SHM transport "
                              "use /dev/shm; the container default is 64 MB"))
-            fixes.append(Fix("trainer_arg", "dataloader_num_workers", 2, "fewer workers hold fewer shared batches"))
+            if any("NCCL" in f.message or "nccl-shm" in f.message for f in shm):
+                fixes.append(Fix("env", "NCCL_SHM_DISABLE", 1, "NCCL then moves data between local GPUs by P2P or "
+                                 "its network transport instead of /dev/shm segments (in Kubernetes, a memory-backed "
+                                 "emptyDir at /dev/shm is the other way)"))
+            else:
+                fixes.append(Fix("trainer_arg", "dataloader_num_workers", 2,
+                                 "fewer workers hold fewer shared batches"))
         if ray:
             fixes.append(Fix("code", "fewer Ray workers per node, or more RAM", "",
                              "every Ray worker on the node (rollout, reference, reward, actor) holds its own host "
