@@ -449,7 +449,10 @@ def test_killed_glued_to_a_keras_progress_line_is_a_kill_but_not_inside_a_word()
     assert not parse_text("pod status: NotKilled\n").failures
 
 
-@pytest.mark.parametrize("case", ["NVIDIA__nccl__525", "facebookresearch__detectron2__384"])
+@pytest.mark.parametrize("case", ["NVIDIA__nccl__525", "facebookresearch__detectron2__384",
+                                  # fastai/docker-containers#21 (dev): the loader's bus-error message wrapped over
+                                  # three lines by the paste ("signal: Bus" / "error. ... out of shared" / "memory.")
+                                  "fastai__docker-containers__21"])
 def test_a_full_dev_shm_under_nccl_and_a_loader_worker_that_exited_are_host_memory(case):
     # NVIDIA/nccl#525 (dev, host_oom): "include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on
     # device" in a Kubeflow pod; facebookresearch/detectron2#384 (dev, host_oom): "RuntimeError: DataLoader worker

@@ -72,12 +72,17 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
                 r"Memory cgroup out of memory|killed as a result of limit|"
                 # Ray's memory monitor, which kills a worker before the kernel would
                 + _RAY_MONITOR.pattern)),
-    (FailureKind.SHM, ("Bus error", "shared memory", "/dev/shm", "shm", "receive FIFO", "exited unexpectedly"),
+    (FailureKind.SHM, ("Bus error", "shared memory", "/dev/shm", "shm", "receive FIFO", "exited unexpectedly",
+                       "signal: Bus", "out of shared"),
      # (shm_open refused with "Permission denied" is a set-up fault, not a full /dev/shm: pytorch#37004)
      re.compile(r"Bus error|bus error|insufficient shared memory|/dev/shm|shm_open(?!.*Permission denied)|"
                 # UCX's shared-memory transport: "mm_iface failed to allocate receive FIFO"
                 r"failed to allocate receive FIFO|"
                 r"No space left on device.*shm|unable to (?:open|write to) shared memory|"
+                # PyTorch's loader message wrapped by the paste ("killed by signal: Bus" / "error. It is possible
+                # that dataloader's workers are out of shared" / "memory. Please try to raise your shared memory
+                # limit."): any of its pieces
+                r"killed by signal: Bus\b|workers are out of shared|raise your shared memory limit|"
                 # NCCL's shared-memory transport: "include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No
                 # space left on device" (its next "Error while creating shared memory segment" follows a refused
                 # shm_open too, a set-up fault: not matched)
