@@ -186,7 +186,6 @@ class ActivationSpike:
         if sub == "kv_cache":
             out.append(Fix("code", "generation batch size", "halve it (or cap max_new_tokens)",
                            "the KV cache grows with batch × (prompt + generated) tokens"))
-
         if not s.get("grad_ckpt", False) and sub != "kv_cache":
             w = what_if(ctx, "gradient checkpointing", grad_ckpt=True)
             out.append(Fix("trainer_arg", "gradient_checkpointing", True,
