@@ -466,6 +466,26 @@ def test_a_full_dev_shm_under_nccl_and_a_loader_worker_that_exited_are_host_memo
     assert ("NCCL_SHM_DISABLE" in keys) is (case == "NVIDIA__nccl__525")
 
 
+def test_a_cuda_error_where_the_statement_allocates_pinned_memory_is_the_hosts():
+    # FMInference/FlexLLMGen#47 (dev, host_oom): "cpu_buf = torch.empty((1 * GB,), dtype=torch.float16,
+    # pin_memory=True)" then "RuntimeError: CUDA error: out of memory" (WSL2 caps page-locked memory)
+    import oompost
+
+    r = oompost.analyze([str(CORPUS / "FMInference__FlexLLMGen__47" / "log.txt")])
+    assert r.cause == "host_oom" and r.primary.sub_cause == "pinned"
+
+
+def test_ascends_hccl_process_group_error_is_a_distributed_failure_with_its_own_fixes():
+    # hiyouga/LlamaFactory#3839 (dev, nccl_error): "RuntimeError: [ERROR] HCCL error in:
+    # torch_npu/csrc/distributed/ProcessGroupHCCL.cpp:64" at the first barrier, no memory failure anywhere
+    import oompost
+
+    r = oompost.analyze([str(CORPUS / "hiyouga__LlamaFactory__3839" / "log.txt")])
+    assert r.cause == "nccl_error" and r.primary.sub_cause == "hccl"
+    keys = [f.key for f in r.primary.fixes]
+    assert keys[0] == "leftover processes on the NPUs" and not any(k.startswith("TORCH_NCCL") for k in keys)
+
+
 def test_localised_killed_and_the_caching_host_allocator_are_host_failures():
     from oompost.model import FailureKind
 

@@ -131,7 +131,10 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
     # Huawei's HCCL (Ascend NPUs), NCCL's counterpart: a collective that failed ("OPS function error: HcclAllreduce,
     # error code is 6") or its socket timing out ("EI0006: Getting socket times out")
     (FailureKind.NCCL_OTHER, ("Hccl", "HCCL"),
-     re.compile(r"\bHccl[A-Z]\w*, error code is \d+|HCCL function error|EI0006\b.*socket times out")),
+     # (torch_npu's process group raising it: "RuntimeError: [ERROR] HCCL error in:
+     # torch_npu/csrc/distributed/ProcessGroupHCCL.cpp:64")
+     re.compile(r"\bHccl[A-Z]\w*, error code is \d+|HCCL function error|EI0006\b.*socket times out|"
+                r"HCCL error in: \S*ProcessGroupHCCL")),
     # JAX / XLA's coordination service (multi-host start-up and its barriers): "DEADLINE_EXCEEDED: Barrier timed
     # out. Barrier_id: PjRT_Client_Connect", "DEADLINE_EXCEEDED: GetKeyValue() timed out with key: ...",
     # "Stopping coordination service as cluster registration failed", RegisterTask's "DEADLINE_EXCEEDED: Deadline

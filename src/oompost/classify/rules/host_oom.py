@@ -45,6 +45,15 @@ def _copy_to_pinned_host(frames) -> bool:
     return any("non_blocking=True" in c for c in codes) and any(_TO_CPU.search(c) for c in codes)
 
 
+_PINNED_CALL = re.compile(r"pin_memory\s*=\s*True|\.pin_memory\(\)")
+
+
+def _allocates_pinned(frames) -> bool:
+    """The failing statement itself allocates page-locked host memory (``torch.empty(..., pin_memory=True)``,
+    ``t.pin_memory()``): a "CUDA error: out of memory" there is the host's (FMInference/FlexLLMGen#47, WSL2)."""
+    return bool(frames) and bool(_PINNED_CALL.search(frames[-1].code or ""))
+
+
 # what the failing host allocation was, in the words of the message that reported it
 _HOST_OOM_WORDS = {
     "DefaultCPUAllocator": "DefaultCPUAllocator could not allocate host memory",
@@ -73,7 +82,8 @@ class HostOom:
         host_ooms = [o for o in ev.ooms if o.kind is OomKind.HOST]
         copies = [o for o in ev.ooms if o.kind is OomKind.CUDA_ERROR and _copy_to_pinned_host(o.stack.frames)]
         pinned = [o for o in ev.ooms if o.kind is OomKind.CUDA_ERROR and o not in copies and
-                  (ctx.phase.phase is Phase.PIN_MEMORY or any("pin_memory" in fr.name for fr in o.stack.frames))]
+                  (ctx.phase.phase is Phase.PIN_MEMORY or any("pin_memory" in fr.name for fr in o.stack.frames)
+                   or _allocates_pinned(o.stack.frames))]
         pinned += copies
         pinned += ctx.failures_of(FailureKind.PINNED_HOST)          # cudaHostAlloc / the caching host allocator
         signals: list[tuple[str, float]] = []

@@ -79,6 +79,16 @@ class NcclError:
                                 "compare 'last enqueued work' across ranks; the lowest is the laggard",
                                 "a timeout on every rank means one rank is stuck elsewhere (data, a hang, a slow "
                                 "save)"))
+        elif "HCCL" in f.message or "Hccl" in f.message:
+            # Huawei Ascend's collective library: NCCL's flight recorder and env do not apply
+            sub, title = "hccl", "Ascend's HCCL collective library failed"
+            fixes = [Fix("code", "leftover processes on the NPUs", "npu-smi info; stop the previous job's processes, "
+                         "wait a few seconds and relaunch", "HCCL cannot set up a device that an earlier (or a "
+                         "second) process still holds"),
+                     Fix("env", "ASCEND_GLOBAL_LOG_LEVEL", "1",
+                         "the device logs (plog) name the HCCL error code and the rank that failed first"),
+                     Fix("env", "HCCL_CONNECT_TIMEOUT", "1200",
+                         "seconds the ranks may take to link up at start-up (a slow or loaded cluster)")]
         elif "shared-memory segment" in f.message or "shared-memory transport refused" in f.message:
             # shm_open refused (permissions on /dev/shm, a container's mount): the transport, not the memory
             sub, title = "shm_refused", "NCCL could not open its shared-memory segment"
