@@ -486,6 +486,23 @@ def test_ascends_hccl_process_group_error_is_a_distributed_failure_with_its_own_
     assert keys[0] == "leftover processes on the NPUs" and not any(k.startswith("TORCH_NCCL") for k in keys)
 
 
+def test_an_excerpt_cut_inside_a_traceback_is_unknown_and_asks_for_the_exception_line():
+    # NVIDIA-NeMo/RL#2859 (dev, activation_spike by its thread): the paste stops at "val = val.float()" in
+    # Megatron's float_conversion, before the OutOfMemoryError line -- DESIGN.md: no failure in the inputs, unknown
+    import oompost
+
+    r = oompost.analyze([str(CORPUS / "NVIDIA-NeMo__RL__2859" / "log.txt")])
+    assert r.cause == "unknown"
+    assert "module.py:373 in float_conversion: val = val.float()" in r.primary.detail
+    assert r.primary.detail.startswith("The inputs end inside a Python traceback")
+    assert r.primary.fixes[0].key == "the lines after the traceback's last frame"
+    assert "line 373, in float_conversion" in r.primary.evidence[0].text
+    # a closed traceback leaves no such fact
+    ev = parse_text('Traceback (most recent call last):\n  File "t.py", line 3, in <module>\n    f()\n'
+                    "ValueError: bad\n")
+    assert ev.fact("traceback.cut") is None
+
+
 def test_localised_killed_and_the_caching_host_allocator_are_host_failures():
     from oompost.model import FailureKind
 

@@ -18,7 +18,7 @@ import re
 
 from ..sources import (OUTPUT_KIND, LineScanner, TruncatedInput, decode_line, expand_paths, load_json_object,
                        rank_hint_from_name, sniff)
-from .base import EvidenceBuilder, LineParser, TracebackTracker
+from .base import EvidenceBuilder, LineParser, TracebackTracker, ref
 
 
 def _text_parser_factories() -> list:
@@ -126,6 +126,12 @@ def _parse_text(path: str, kind: InputKind, out: EvidenceBuilder, sniff_note: st
         p.finish()
     tracebacks.finish(n)
     out.stacks.extend((SourceRef(path, line, ""), st) for line, st in tracebacks.closed)
+    for st, frame_ln in tracebacks.cut[-1:]:
+        # an excerpt that ends inside a traceback: the exception line that names the error was not pasted
+        last = st.frames[-1]
+        out.fact("traceback.cut", f"{last.filename}:{last.line} in {last.name}" + (f": {last.code}" if last.code
+                                                                                   else ""),
+                 ref(path, frame_ln) if frame_ln is not None else SourceRef(path, n, ""))
     found = _delta(before, _counts(out))
     kind = _refine_kind(kind, found)
     if not any(found.values()):

@@ -231,6 +231,7 @@ class _TbState:
     active: bool = False
     expect_code: bool = False
     prefix: str = ""                # a prefix every line of this traceback carries (stripped before reading)
+    frame_ln: LogLine | None = None  # the line of the last frame header read
 
 
 class TracebackTracker:
@@ -245,6 +246,7 @@ class TracebackTracker:
         self._closed_at: dict[int | None, int] = {}
         self._exc_text: dict[int | None, str] = {}           # the exception line, its traceback's prefix removed
         self.closed: list[tuple[int, Stack]] = []          # (line where it ended, frames), in file order
+        self.cut: list[tuple[Stack, LogLine | None]] = []  # still open at the end of input: exception line lost
 
     # a frame line also opens a traceback: excerpts pasted into issues often lack the header
     SENTINELS = (_TB_START, 'File "', "File /", ".py:", "❱")
@@ -301,6 +303,7 @@ class TracebackTracker:
         if m:
             st.frames.append(Frame(m.group("file"), int(m.group("line")), m.group("name")))
             st.expect_code = True
+            st.frame_ln = ln
             return
         stripped = text.strip()
         if not stripped or set(stripped) <= _BOX_ONLY or _RICH_CODE.match(text):
@@ -334,6 +337,7 @@ class TracebackTracker:
             if st.active and st.frames:
                 st.active = False
                 self.closed.append((lineno, Stack(tuple(st.frames))))
+                self.cut.append((Stack(tuple(st.frames)), st.frame_ln))
 
     def stack_for(self, rank: int | None) -> Stack:
         """Frames of the traceback that just ended (or is ending) on this rank."""

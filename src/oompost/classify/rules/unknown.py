@@ -1,6 +1,8 @@
 """UNK001 — no cause can be established from these inputs.
 
-**Cause**  There is no failure evidence (no OOM message, no failing rank), or
+**Cause**  There is no failure evidence (no OOM message, no failing rank; or an
+excerpt that ends inside a traceback, before the exception line that names
+the error), or
 the failure sits in a stack this version does not reason about (FSDP, ROCm,
 MPS, a custom allocator), or the numbers are missing (a truncated message).
 oompost says which, rather than guess.
@@ -23,8 +25,21 @@ class Unknown:
     def evaluate(self, ctx: Context) -> list[Finding]:
         ev = ctx.evidence
         reasons = []
+        cut = ev.fact("traceback.cut")
+        fixes = [Fix("code", "python -m oompost.record -o DIR -- train.py ARGS",
+                     "a snapshot at the moment of the OOM",
+                     "shows every live allocation with its stack, the free blocks and the allocator's history")]
         if not ev.ooms and not ev.failures and not ev.exits:
-            reasons.append("no OOM message, failure or rank exit was found in the inputs")
+            if cut is not None:
+                reasons.append(f"the inputs end inside a Python traceback (its last frame: {cut.value}) before the "
+                               "exception line that names the error")
+                fixes.insert(0, Fix("code", "the lines after the traceback's last frame",
+                                    "paste the exception line (e.g. 'torch.OutOfMemoryError: CUDA out of memory. "
+                                    "Tried to allocate ...') and what follows it",
+                                    "the error and, for an OOM, its numbers decide the cause; the frames alone say "
+                                    "only where it happened"))
+            else:
+                reasons.append("no OOM message, failure or rank exit was found in the inputs")
         o = ctx.oom
         if o is not None:
             frames = o.stack.frames
@@ -43,8 +58,12 @@ class Unknown:
             reasons.append("no rule's evidence was strong enough to decide")
         return [Finding(
             self.code, self.cause, "The cause cannot be established from these inputs", 0.3,
-            evidence=((o.ref,) if o is not None else ()),
-            fixes=(Fix("code", "python -m oompost.record -o DIR -- train.py ARGS",
-                       "a snapshot at the moment of the OOM",
-                       "shows every live allocation with its stack, the free blocks and the allocator's history"),),
-            detail="; ".join(reasons).capitalize() + ".", sub_cause=None)]
+            evidence=((o.ref,) if o is not None else (cut.ref,) if cut is not None else ()),
+            fixes=tuple(fixes),
+            detail=_sentence("; ".join(reasons)), sub_cause=None)]
+
+
+def _sentence(text: str) -> str:
+    """``text`` with its first letter upper-cased and a full stop (str.capitalize would lower-case the rest: paths,
+    "Python", "FSDP")."""
+    return text[:1].upper() + text[1:] + "."
