@@ -149,7 +149,7 @@ def warn_inputs(report) -> None:  # type: ignore[no-untyped-def]
 @click.option("--ds-config", type=click.Path(), default=None, help="The run's ds_config.json (if not among PATHS).")
 @click.option("-o", "--output", "output", default="oompost-report", show_default=True,
               help="Directory for report.html / report.md / report.json; '-' writes the JSON to stdout.")
-@click.option("--format", "fmt", default="html,md,json", show_default=True, help="Comma-separated: html, md, json.")
+@click.option("--format", "fmt", default="html,md,json", show_default=True, help="Comma-separated: html, md (or markdown), json.")
 @click.option("--redact", is_flag=True, help="Replace hostnames, IPs, user names, file and directory names in "
                                              "paths, and tokens.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the paths written.")
