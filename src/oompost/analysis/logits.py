@@ -21,18 +21,28 @@ LOSS_FACTOR = {2: 5.0, 4: 2.0}
 _PRINTED = int(0.006 * 2**30)          # the OOM message prints GiB to two decimals: a request is known to ±0.005 GiB
 
 
-def logits_width(ctx: "Context", batch: int | None) -> int | None:
-    """2 or 4 when the failing request, in the logits or the loss, is exactly ``batch`` × sequence × vocabulary
-    values of that many bytes (within 1%), else None."""
+def _sequence_logits(ctx: "Context") -> tuple[int, int] | None:
+    """(the failing request, values of one sequence's logits: sequence × vocabulary) when the request fails in the
+    logits or the loss and both sizes are known; None otherwise."""
     o = ctx.oom
     seq = ctx.setup.get("seq_len")
-    if batch is None or seq is None or ctx.spec is None or o is None or not o.requested_bytes:
+    if seq is None or ctx.spec is None or o is None or not o.requested_bytes:
         return None
     if ctx.phase.phase not in (Phase.LOGITS, Phase.LOSS):
         return None
+    return o.requested_bytes, int(seq) * ctx.spec.vocab
+
+
+def logits_width(ctx: "Context", batch: int | None) -> int | None:
+    """2 or 4 when the failing request, in the logits or the loss, is exactly ``batch`` × sequence × vocabulary
+    values of that many bytes (within 1%), else None."""
+    known = _sequence_logits(ctx)
+    if batch is None or known is None:
+        return None
+    request, values = known
     for width in (2, 4):
-        want = batch * int(seq) * ctx.spec.vocab * width
-        if abs(o.requested_bytes - want) <= 0.01 * want:
+        want = batch * values * width
+        if abs(request - want) <= 0.01 * want:
             return width
     return None
 
@@ -41,17 +51,15 @@ def inferred_logits_batch(ctx: "Context") -> tuple[int, int] | None:
     """(sequences, bytes per value) when the failing request, in the logits or the loss, is a whole number of
     sequences' logits (sequence × vocabulary values of 2 or 4 bytes, within 1% of one sequence or the OOM
     message's rounding): the batch the log does not state, read off the request.  None otherwise."""
-    o = ctx.oom
-    seq = ctx.setup.get("seq_len")
-    if seq is None or ctx.spec is None or o is None or not o.requested_bytes:
+    known = _sequence_logits(ctx)
+    if known is None:
         return None
-    if ctx.phase.phase not in (Phase.LOGITS, Phase.LOSS):
-        return None
+    request, values = known
     # 2 and 4 bytes fit the same request whenever the count is even: the run's dtype says which to try first
     for width in ((4, 2) if ctx.setup.dtype == "fp32" else (2, 4)):
-        unit = int(seq) * ctx.spec.vocab * width
-        n = round(o.requested_bytes / unit)
-        if n >= 1 and abs(o.requested_bytes - n * unit) <= max(0.01 * unit, _PRINTED):
+        unit = values * width
+        n = round(request / unit)
+        if n >= 1 and abs(request - n * unit) <= max(0.01 * unit, _PRINTED):
             return n, width
     return None
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..analysis.context import Context
 from ..analysis.logits import loss_demand
-from ..analysis.site_history import LARGER_BATCH, site_history
+from ..analysis.site_history import LARGER_BATCH
 from ..analysis.phase import Phase
 from ..analysis.steps import flat
 from .base import Cause
@@ -33,7 +33,7 @@ def impossible_causes(ctx: Context) -> frozenset[Cause]:
             out.add(Cause.FRAGMENTATION)      # even one perfect block of all free memory is too small
         demand = loss_demand(ctx)
         if demand is None and ctx.snapshot is not None:
-            hist = site_history(ctx.snapshot, o.requested_bytes)
+            hist = ctx.site_history
             if hist is not None and hist.ratio >= LARGER_BATCH:
                 # a batch far larger than those the trace recorded: what the same forward needed after that line,
                 # scaled as the request was, is the phase's remaining demand

@@ -53,7 +53,6 @@ class AutogradWarningParser:
         m = ACCUMULATOR.search(ln.text)
         if m is not None and not self._found:
             self._found = True
-            self._left = 0
             self.out.fact("cue.graph_kept", m.group("v"), ref(self.path, ln))
 
     def finish(self) -> None:

@@ -65,7 +65,7 @@ class Pricer:
         return self._blind[0]
 
     def _blind_spot(self) -> str | None:
-        from ..analysis.site_history import LARGER_BATCH, site_history
+        from ..analysis.site_history import LARGER_BATCH
         from ..analysis.steps import larger_step
 
         ctx = self.ctx
@@ -73,7 +73,7 @@ class Pricer:
         why = f"needed {grow:.1f}x the memory of every step that ran" if grow else ""
         if not grow and ctx.snapshot is not None and ctx.oom is not None:
             # the snapshot's trace: the failing line allocated far more than in the steps that ran
-            hist = site_history(ctx.snapshot, ctx.oom.requested_bytes)
+            hist = ctx.site_history
             if hist is not None and hist.ratio >= LARGER_BATCH:
                 why = f"asked {hist.ratio:.0f}x what its line ({hist.site}) allocated in the steps that ran"
         L = ctx.limit_bytes

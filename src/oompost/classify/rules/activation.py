@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ...analysis.context import Context, iterations_before_oom
 from ...analysis.evaluation import evaluation_pass, generating
-from ...analysis.site_history import LARGER_BATCH, site_history
+from ...analysis.site_history import LARGER_BATCH
 from ...analysis.phase import Phase
 from ...analysis.steps import larger_step, leak_trend, max_peak_allocated, noun
 from ...analysis.whatif import fit_words, what_if
@@ -68,7 +68,7 @@ class ActivationSpike:
         if ev is not None:
             signals += evaluation_signals(ctx, ev)
         spike = False
-        hist = site_history(ctx.snapshot, o.requested_bytes) if ctx.snapshot is not None else None
+        hist = ctx.site_history
         if hist is not None and hist.ratio >= LARGER_BATCH and prior is None:
             spike = ev is None
             signals.append((f"the failing line ({hist.site}) allocated at most {b(hist.earlier_max)} in its "
