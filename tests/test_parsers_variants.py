@@ -522,6 +522,21 @@ def test_the_driver_apis_out_of_memory_is_a_gpu_oom():
     assert o.kind is OomKind.OTHER and o.message_format == "unparsed"
 
 
+# https://github.com/NVlabs/instant-ngp/issues/393 (dev): tiny-cuda-nn's cudaMalloc failure, its pasted line cut
+# inside the last word; the same line whole, and one that is only the start of the word, for contrast
+TCNN = ("13:54:28 ERROR    Uncaught exception: Could not allocate memory: C:\\x\\tiny-cuda-nn/gpu_memory.h:112 "
+        "cudaMalloc(&rawptr, n_bytes+DEBUG_GUARD_SIZE*2) failed with error out of memor\n")
+
+
+def test_a_cudamalloc_failure_cut_inside_its_last_word_is_still_a_gpu_oom():
+    from oompost.model import OomKind
+
+    (o,) = parse_text(TCNN).ooms
+    assert o.kind is OomKind.OTHER and o.ref.line == 1
+    assert parse_text(TCNN.replace("out of memor", "out of memory")).ooms
+    assert not parse_text(TCNN.replace("out of memor", "out of m")).ooms
+
+
 # EleutherAI/gpt-neox#1166: DeepSpeed's assertion names the setting to add; the fix is that setting
 def test_an_error_that_asks_for_a_setting_is_a_config_error_with_that_fix():
     from pathlib import Path

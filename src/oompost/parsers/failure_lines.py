@@ -250,7 +250,10 @@ _ANY_OOM = re.compile(r"out of memory|OutOfMemoryError|OOM when allocating|RESOU
                       r"No available memory for the cache blocks|not enough memory|"
                       r"insufficient (?:GPU|device|CUDA) memory|"
                       # the driver API's error name (cuMemAlloc failing in KeOps, CuPy, custom kernels)
-                      r"CUDA_ERROR_OUT_OF_MEMORY", re.I)
+                      r"CUDA_ERROR_OUT_OF_MEMORY|"
+                      # a cudaMalloc failure whose pasted line is cut inside its last word (tiny-cuda-nn's "Could
+                      # not allocate memory: ... cudaMalloc(&rawptr, ...) failed with error out of memor")
+                      r"\b(?:cudaMalloc|cuMemAlloc)\w*\(.*\bfailed with error out of mem(?:o|or)?\s*$", re.I)
 
 
 _OOM_SENTINELS = ("trying to allocate", "enough GPU", "out of memory", "Out of memory", "OutOfMemory", "OOM when", "RESOURCE_EXHAUSTED", "ALLOC_FAILED",
