@@ -342,3 +342,32 @@ def test_a_cuda_oom_in_a_non_blocking_copy_to_the_cpu_is_pinned_host_memory():
     # the same copy to the GPU is GPU memory
     gpu = tail.replace("torch.device('cpu'))  # make sure weights are on cpu", "torch.device('cuda'))")
     assert verdict("Traceback (most recent call last):\n" + gpu).cause != "host_oom"
+
+
+def test_runners_up_are_the_models_next_causes_likeliest_first():
+    from oompost.classify import runners_up
+    from oompost.classify.verdict import Verdict
+
+    v = Verdict(Cause.ACTIVATION_SPIKE, 0.5, ((Cause.ACTIVATION_SPIKE, 0.5), (Cause.CAPACITY, 0.12),
+                                              (Cause.CONFIG_ERROR, 0.3), (Cause.LEAK, 0.05),
+                                              (Cause.FRAGMENTATION, 0.03)), ())
+    assert runners_up(v) == ((Cause.CONFIG_ERROR, 0.3), (Cause.CAPACITY, 0.12))
+    sure = Verdict(Cause.HOST_OOM, 0.95, ((Cause.HOST_OOM, 0.95), (Cause.CAPACITY, 0.05)), ())
+    assert runners_up(sure) == ()
+
+
+# https://github.com/huggingface/accelerate/issues/1519 (dev): half the card held by another process beside a
+# backward-pass OOM; the verdict names the set-up mistake as its next cause in every output
+def test_a_close_runner_up_is_shown_beside_the_verdict():
+    case = Path(__file__).parent / "corpus" / "huggingface__accelerate__1519" / "log.txt"
+    r = oompost.analyze(case)
+    primary = r.findings[0]
+    causes = [c for c, _ in primary.runners_up]
+    assert Cause.CONFIG_ERROR in causes and r.cause not in {c.value for c in causes}
+    assert all(0.10 <= p <= r.confidence for _, p in primary.runners_up)
+    from oompost.render import render
+
+    data = json.loads(render(r, "json"))
+    assert data["findings"][0]["runners_up"][0]["cause"] in {c.value for c in causes}
+    assert "Next causes: `config_error`" in render(r, "md")
+    assert "next: <code>config_error</code>" in render(r, "html")

@@ -12,11 +12,15 @@ only for inputs without a failure.  The other findings are secondary.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from ..analysis.context import Context
 from .base import Cause, Finding, Severity
 from .constraints import confidence_ceiling, impossible_causes
 from .rules._common import HOLD
+
+if TYPE_CHECKING:
+    from .verdict import Verdict
 
 
 def _run(rule, ctx: Context, advice: list[Finding]) -> list[Finding]:  # type: ignore[no-untyped-def]
@@ -29,6 +33,17 @@ def _run(rule, ctx: Context, advice: list[Finding]) -> list[Finding]:  # type: i
                               detail=f"{type(e).__name__}: {e}. Its cause was not weighed; please report it "
                                      "with the inputs.", severity=Severity.ADVICE))
         return []
+
+
+RUNNER_UP = 0.10     # a cause the verdict model gives at least this probability is named beside the verdict
+RUNNERS_UP = 2
+
+
+def runners_up(v: "Verdict") -> tuple[tuple[Cause, float], ...]:
+    """The causes after the verdict's own that the model still gives ``RUNNER_UP`` or more, likeliest first (at most
+    ``RUNNERS_UP``): what a reader should rule out next, with the odds the fitted model puts on it."""
+    rest = sorted(((c, p) for c, p in v.probabilities if c is not v.cause and p >= RUNNER_UP), key=lambda x: -x[1])
+    return tuple((c, round(p, 3)) for c, p in rest[:RUNNERS_UP])
 
 
 def classify(ctx: Context) -> tuple[Finding, ...]:
@@ -58,7 +73,7 @@ def classify(ctx: Context) -> tuple[Finding, ...]:
         if not mine:
             causes.append(primary)
     primary = dataclasses.replace(primary, primary=True, confidence=round(v.probability, 3),
-                                  weighed=v.contributions, settle=settle)
+                                  weighed=v.contributions, settle=settle, runners_up=runners_up(v))
     rest = [f for f in causes if f.code != primary.code]
     rest.sort(key=lambda f: (-f.confidence, f.cause.order))
     return (primary, *rest, *advice)

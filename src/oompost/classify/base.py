@@ -83,6 +83,7 @@ class Finding:
     primary: bool = False
     weighed: tuple[tuple[str, float], ...] = ()           # the verdict model's largest contributions
     settle: tuple[str, ...] = ()                          # what would settle the verdict
+    runners_up: tuple[tuple[Cause, float], ...] = ()      # the verdict model's next causes (p >= 0.10), likeliest first
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,6 +97,7 @@ class Finding:
             "numbers": [{"label": k, "value": v} for k, v in self.numbers],
             "weighed": [{"name": n, "weight": round(w, 3)} for n, w in self.weighed],
             "settle": list(self.settle),
+            "runners_up": [{"cause": c.value, "probability": round(p, 3)} for c, p in self.runners_up],
         }
 
 
