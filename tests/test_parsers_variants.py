@@ -537,6 +537,50 @@ def test_a_cudamalloc_failure_cut_inside_its_last_word_is_still_a_gpu_oom():
     assert not parse_text(TCNN.replace("out of memor", "out of m")).ooms
 
 
+# https://github.com/bghira/SimpleTuner/issues/3176 (dev): the caching allocator's expandable-segment warning is the
+# only memory line when AOTInductor-compiled code fails the allocation
+EXPANDABLE_WARN = ("[W831 10:32:25.255074645 CUDACachingAllocator.cpp:508] expandable_segments: memory mapping failed "
+                   "with OOM on device 0 while trying to map 20971520 bytes (free: 15663104, total: 33671348224).\n")
+# https://github.com/facebookresearch/faiss/issues/648 and #128 (dev): Faiss's own assertions on a failed cudaMalloc
+FAISS = ("Faiss assertion 'cudaMalloc(p, size) == cudaSuccess' failed in void faiss::gpu::allocMemorySpace("
+         "faiss::gpu::MemorySpace, void**, size_t) at utils/MemorySpace.cpp:20; details: Failed to cudaMalloc "
+         "16000000000 bytes\n")
+FAISS_TEMP = ("Faiss assertion err == cudaSuccess failed in void faiss::gpu::StackDeviceMemory::Stack::returnAlloc("
+              "char*, size_t, cudaStream_t) at utils/StackDeviceMemory.cpp:136Aborted (core dumped)\n")
+# https://github.com/pytorch/xla/issues/1735 (dev): the TPU runtime cannot reserve a compiled program's memory
+TPU = ("RuntimeError: Resource exhausted: From /job:tpu_worker/replica:0/task:0:\n"
+       "Attempting to reserve 3.95G at the bottom of memory. That was not possible. There are 1.92G free, 0B "
+       "reserved, and 1.92G reservable.; \n")
+
+
+def test_other_allocators_own_failure_lines_are_gpu_ooms_with_their_figures():
+    from oompost.model import OomKind
+
+    (o,) = parse_text(EXPANDABLE_WARN).ooms
+    assert (o.kind, o.requested_bytes, o.free_bytes, o.capacity_bytes, o.device) == (
+        OomKind.CACHING_ALLOCATOR, 20971520, 15663104, 33671348224, 0)
+    (o,) = parse_text(FAISS).ooms
+    assert (o.message_format, o.requested_bytes) == ("faiss", 16000000000)
+    (o,) = parse_text(FAISS_TEMP).ooms
+    assert o.message_format == "faiss" and o.requested_bytes is None
+    (o,) = parse_text(TPU).ooms
+    assert abs(o.requested_bytes - 3.95 * 2**30) < 2**20 and abs(o.free_bytes - 1.92 * 2**30) < 2**20
+    # Faiss's warning that it fell back to cudaMalloc is not a failure
+    assert not parse_text("WARN: increase temp memory to avoid cudaMalloc, or decrease query/add size (alloc "
+                          "1280000000 B, highwater 1280000000 B)\n").ooms
+
+
+def test_the_expandable_segment_warning_yields_to_the_exception_after_it():
+    text = EXPANDABLE_WARN + ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a "
+                              "total capacity of 31.36 GiB of which 14.94 MiB is free. Including non-PyTorch memory, "
+                              "this process has 31.34 GiB memory in use. Of the allocated memory 30.10 GiB is "
+                              "allocated by PyTorch, and 1.02 GiB is reserved by PyTorch but unallocated.\n")
+    from oompost.analysis.context import build_context
+
+    ctx = build_context(parse_text(text))
+    assert ctx.oom.message_format != "expandable_segments map" and ctx.oom.allocated_bytes is not None
+
+
 # EleutherAI/gpt-neox#1166: DeepSpeed's assertion names the setting to add; the fix is that setting
 def test_an_error_that_asks_for_a_setting_is_a_config_error_with_that_fix():
     from pathlib import Path

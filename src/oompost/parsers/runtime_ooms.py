@@ -25,7 +25,8 @@ TRIGGERS = ("failed to allocate", "unable to allocate", "OOM when allocating", "
             "allocating <= available", "requested buffer of size", "Cannot allocate", "could not be allocated",
             "Insufficient memory", "RESOURCE_EXHAUSTED", "while trying to allocate", "memory has been allocated",
             "OutOfMemory", "out of memory", "[malloc", "::malloc]", "Resource exhausted", "Failed to allocate resource[",
-            "WinError 1455", "out_of_memory", "Maximum pool size exceeded", "Ran out of memory in memory space")
+            "WinError 1455", "out_of_memory", "Maximum pool size exceeded", "Ran out of memory in memory space",
+            "memory mapping failed with OOM", "Failed to cudaMalloc", "That was not possible", "StackDeviceMemory")
 
 # PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
 # been allocated and available memory is only 3.625000MB."
@@ -83,6 +84,23 @@ XLA_OOM = re.compile(r"(?:RESOURCE_EXHAUSTED|Resource exhausted): (?:Out of memo
 # capacity by 14.42G."  The request is the program's total, the capacity the memory space's size.
 XLA_COMPILE_OOM = re.compile(r"Ran out of memory in memory space (?P<space>\w+)\. Used (?P<used>\d+(?:\.\d+)?[KMGT]?) "
                              r"of (?P<cap>\d+(?:\.\d+)?[KMGT]?) (?P=space)")
+
+# PyTorch's caching allocator under expandable_segments warns when mapping more physical memory into a segment
+# fails, before (or, inside AOTInductor-compiled code, instead of) its usual message: "[W831 10:32:25.25 ...]
+# CUDACachingAllocator.cpp:508] expandable_segments: memory mapping failed with OOM on device 0 while trying to map
+# 20971520 bytes (free: 15663104, total: 33671348224)."
+EXPANDABLE_MAP = re.compile(r"expandable_segments: memory mapping failed with OOM on device (?P<dev>\d+) while trying "
+                            r"to map (?P<req>\d+) bytes \(free: (?P<free>\d+), total: (?P<total>\d+)\)")
+# Faiss's GPU indexes: "Faiss assertion 'cudaMalloc(p, size) == cudaSuccess' failed in ... allocMemorySpace ...;
+# details: Failed to cudaMalloc 16000000000 bytes", and its temporary-memory stack failing a CUDA call
+# ("Faiss assertion 'err == cudaSuccess' failed in faiss::gpu::StackDeviceMemory::Stack::Stack(int, size_t)")
+FAISS_MALLOC = re.compile(r"Failed to cudaMalloc (?P<req>\d+) bytes")
+FAISS_STACK = re.compile(r"Faiss assertion '?err == cudaSuccess'? failed in [^;]{0,80}?StackDeviceMemory")
+# the TPU runtime reserving a compiled program's memory (torch_xla, older TF/JAX on TPU): "Resource exhausted: From
+# /job:tpu_worker/...:" then "Attempting to reserve 3.95G at the bottom of memory. That was not possible. There are
+# 1.92G free, 0B reserved, and 1.92G reservable."
+TPU_RESERVE = re.compile(r"Attempting to (?:reserve|allocate) (?P<req>\d+(?:\.\d+)?[KMGT]?) at the (?:bottom|top) of "
+                         r"memory\. That was not possible\. There are (?P<free>\d+(?:\.\d+)?[KMGT]?) free")
 
 # llama.cpp / ggml (llama-cpp-python, ollama): "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size
 # 4733328896", "llama_model_load: error loading model: unable to allocate ROCm0 buffer", "ggml_backend_cuda_buffer_
@@ -170,8 +188,9 @@ def _xla_size(s: str | None) -> int | None:
 
 def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, stack: Stack) -> OomEvent | None:
     """PaddlePaddle, ONNX Runtime, a device allocator's free/total figures (XLA, vLLM's cumem), OpenCV, Apple
-    MLX (an exhausted pool, a buffer over Metal's maximum), Ascend's CANN, RAPIDS' RMM, Windows' paging file and XLA's
-    RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
+    MLX (an exhausted pool, a buffer over Metal's maximum), Ascend's CANN, RAPIDS' RMM, PyTorch's expandable-segment
+    mapping warning, Faiss, the TPU runtime's reservation, Windows' paging file and XLA's RESOURCE_EXHAUSTED, tried in
+    that order; None when the line is none of them."""
     if m := PADDLE_ENFORCE.search(text):
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")), free_bytes=int(m.group("free")),
                         exception=exc, message_format="paddle", stack=stack, truncated=True)
@@ -206,6 +225,20 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
     if RMM_OOM.search(text):
         return OomEvent(OomKind.OTHER, at, rank, exception=exc or "MemoryError", message_format="rmm", stack=stack,
                         truncated=True)
+    if "memory mapping failed" in text and (m := EXPANDABLE_MAP.search(text)):
+        # a warning: the exception that follows (when printed) is the complete message and wins over it
+        return OomEvent(OomKind.CACHING_ALLOCATOR, at, rank, int(m.group("dev")), requested_bytes=int(m.group("req")),
+                        capacity_bytes=int(m.group("total")), free_bytes=int(m.group("free")), exception=exc,
+                        message_format="expandable_segments map", stack=stack, truncated=True)
+    if m := FAISS_MALLOC.search(text):
+        return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")), exception=exc,
+                        message_format="faiss", stack=stack, truncated=True)
+    if FAISS_STACK.search(text):
+        return OomEvent(OomKind.OTHER, at, rank, exception=exc, message_format="faiss", stack=stack, truncated=True)
+    if "That was not possible" in text and (m := TPU_RESERVE.search(text)):
+        return OomEvent(OomKind.OTHER, at, rank, requested_bytes=_xla_size(m.group("req")),
+                        free_bytes=_xla_size(m.group("free")), exception=exc or "RuntimeError", message_format="xla",
+                        stack=stack, truncated=True)
     if WIN_PAGEFILE.search(text):
         return OomEvent(OomKind.HOST, at, rank, exception=exc or "OSError", message_format="windows_pagefile",
                         stack=stack, truncated=True)
