@@ -581,6 +581,22 @@ def test_the_expandable_segment_warning_yields_to_the_exception_after_it():
     assert ctx.oom.message_format != "expandable_segments map" and ctx.oom.allocated_bytes is not None
 
 
+# https://github.com/huggingface/trl/issues/3934 (dev): the watchdog's lines wrapped mid-word by the paste
+WRAPPED_WATCHDOG = (
+    "[rank7]:[E821 16:40:45.240894715 ProcessGroupNCCL.cpp:632] [Rank 7] Watchdog caught colle\n"
+    "ctive operation timeout: WorkNCCL(SeqNum=5701784, OpType=_ALLGATHER_BASE, NumelIn=6288000, NumelOut=50304000, "
+    "Timeout(ms)=1800000) ran for 1800006 milliseconds before\n"
+    " timing out.\n")
+
+
+def test_a_watchdog_timeout_wrapped_mid_word_is_still_a_timeout():
+    assert FailureKind.NCCL_TIMEOUT in kinds(WRAPPED_WATCHDOG)
+    status = ("[rank7]:[E821 16:40:45.241026910 ProcessGroupNCCL.cpp:2271] [PG ID 0 PG GUID 0(default_pg) Rank 7]  "
+              "failure detected by watchdog at work sequence id: 5701784 PG statu\n")
+    assert FailureKind.NCCL_TIMEOUT in kinds(status)
+    assert FailureKind.NCCL_TIMEOUT not in kinds("[rank0]: training ran for 120 milliseconds per step\n")
+
+
 # EleutherAI/gpt-neox#1166: DeepSpeed's assertion names the setting to add; the fix is that setting
 def test_an_error_that_asks_for_a_setting_is_a_config_error_with_that_fix():
     from pathlib import Path

@@ -146,7 +146,12 @@ PATTERNS: tuple[tuple[FailureKind, tuple[str, ...], re.Pattern[str]], ...] = (
      re.compile(r"Watchdog caught collective operation timeout|ncclCommWatchdog|WorkNCCL::checkTimeout|"
                 r"watchdogHandler|Some NCCL operations have failed or timed out|collective operation timeout|"
                 r"ran for \d+ milliseconds before timing out|NCCL timeout|Socket Timeout|DistStoreError.*[Tt]imeout|"
-                r"timed out after \d+|wait timeout")),
+                r"timed out after \d+|wait timeout|"
+                # the same messages wrapped by a terminal or the tracker mid-word ("Watchdog caught colle" / "ctive
+                # operation timeout: WorkNCCL(...) ran for 1800006 milliseconds before" / " timing out."), and
+                # PyTorch >= 2.2's line after it ("failure detected by watchdog at work sequence id: 5701784")
+                r"operation timeout: WorkNCCL\(|ran for \d+ milliseconds before\s*$|"
+                r"failure detected by watchdog at work sequence id")),
     # ncclGetErrorString()'s text behind "NCCL error: " without PyTorch's ", NCCL version" tail (the
     # pynccl wrappers of vLLM and sglang): the text names the ncclResult_t
     (FailureKind.NCCL_OTHER, ("NCCL error: ", "failed: "),
