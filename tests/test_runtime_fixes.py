@@ -106,3 +106,33 @@ def test_every_runtime_context_names_has_its_own_fixes():
 
     for rt in OWN_RUNTIMES:
         assert runtime_fixes(rt, Cause.ACTIVATION_SPIKE) or runtime_fixes(rt, Cause.CAPACITY), rt
+
+
+def test_a_data_library_oom_is_the_data_not_fitting_with_that_librarys_knobs():
+    # https://github.com/facebookresearch/faiss/issues/648 (Faiss), https://github.com/dmlc/xgboost/issues/8484
+    # (XGBoost's gpu_hist), https://github.com/catboost/catboost/issues/1746 (CatBoost's pool), all dev: a vector
+    # index or a boosting matrix has no activations, so the verdict is never a step's
+    for case, fmt, knob in (("facebookresearch__faiss__648", "faiss", "shard the index over GPUs"),
+                            ("dmlc__xgboost__8484", "xgboost", "QuantileDMatrix"),
+                            ("catboost__catboost__1746", "catboost", "gpu_ram_part")):
+        r = _report(case)
+        assert r.oom is not None and r.oom.message_format == fmt, case
+        assert r.cause == "capacity" and r.primary.title == "The data does not fit on this GPU", case
+        said = _said(r)
+        assert knob in said and not any(w in said for w in TORCH_WORDS), (case, said)
+        assert any("PYTORCH_CUDA_ALLOC_CONF" in n.what for n in r.primary.not_fixes), case
+
+
+def test_a_data_library_rules_out_an_activation_spike_only():
+    from oompost.analysis.context import build_context
+    from oompost.classify.constraints import impossible_causes
+    from oompost.parsers import parse_text
+
+    line = ("(NCudaLib::TOutOfMemoryError) catboost/cuda/cuda_lib/memory_pool/stack_like_memory_pool.h:303: Error: "
+            "Out of memory. Requested 5546.536621 MB; Free 2131.370214 MB\n")
+    ctx = build_context(parse_text(line))
+    assert ctx.oom.requested_bytes == int(5546.536621 * 2**20) and ctx.own_runtime == "catboost"
+    out = impossible_causes(ctx)
+    assert Cause.ACTIVATION_SPIKE in out and Cause.CAPACITY not in out
+    torch_line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 5.42 GiB.\n"
+    assert Cause.ACTIVATION_SPIKE not in impossible_causes(build_context(parse_text(torch_line)))

@@ -18,6 +18,7 @@ from ..analysis.logits import loss_demand
 from ..analysis.site_history import LARGER_BATCH
 from ..analysis.phase import Phase
 from ..analysis.steps import flat
+from ..model import DATA_RUNTIMES
 from .base import Cause
 from .rules._common import headroom
 from .rules.impossible_request import impossible_request
@@ -62,6 +63,10 @@ def impossible_causes(ctx: Context) -> frozenset[Cause]:
         # the failing allocation concatenates outputs kept from every earlier batch (LEAK002): the leak holds,
         # and DESIGN.md's order puts it before fragmentation and the causes of a step
         out |= {Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE}
+    if ctx.own_runtime in DATA_RUNTIMES:
+        # a vector index, a boosting matrix or a dataframe has no activations: what failed is the data not fitting
+        # (or kept, or fragmented), never a step's activations (none of the 11 dev cases of these libraries is one)
+        out.add(Cause.ACTIVATION_SPIKE)
     if impossible_request(ctx):
         # no tensor is that large: the size was computed wrong (CFG004), whatever memory there was
         out |= {Cause.CAPACITY, Cause.LEAK, Cause.COMM_BUFFER, Cause.FRAGMENTATION, Cause.ACTIVATION_SPIKE}

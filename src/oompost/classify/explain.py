@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..model import SourceRef
+from ..model import DATA_RUNTIMES, SourceRef
 from .base import Cause, Finding, Fix, NotAFix
 from .rules._common import (CAPACITY_FROM_SCRATCH, CAPACITY_NO_DEEPSPEED, LARGER_CARD, SERVING_CAPACITY_FIXES,
                             SPIKE_FROM_SCRATCH)
@@ -49,6 +49,13 @@ _DETAIL = {
     Cause.ACTIVATION_SPIKE: "Model states fit; what no longer fits is what the step creates: activations, "
                             "attention scores, logits and the loss, or a KV cache.",
 }
+
+
+# a library that keeps data, not activations, on the card (model.DATA_RUNTIMES): its capacity is the data's
+_DATA_TITLE = "The data does not fit on this GPU"
+_DATA_DETAIL = ("The library holds its working data on the card (a vector index, the quantised training matrix and "
+                "its histograms, a dataframe): it needs more than the card has, and there are no activations or batch "
+                "to shrink — shard the data over more GPUs, compress it, or keep part of it in host memory.")
 
 
 _HEDGED_DETAIL = {
@@ -191,6 +198,8 @@ def finding_for(ctx: "Context", v: "Verdict", settle: tuple[str, ...]) -> Findin
     signals = tuple((f"{name} (learned weight)", round(w, 3)) for name, w in v.contributions)
     detail = _DETAIL.get(cause, "")
     title = _TITLES.get(cause, cause.value)
+    if cause is Cause.CAPACITY and ctx.own_runtime in DATA_RUNTIMES:
+        title, detail = _DATA_TITLE, _DATA_DETAIL
     not_fixes = (runtime_not_fixes(ctx.own_runtime) if ctx.own_runtime
                  else () if ctx.is_serving else _NOT.get(cause, ()))
     other = close_alternative(v)

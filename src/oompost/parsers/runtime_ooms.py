@@ -26,7 +26,9 @@ TRIGGERS = ("failed to allocate", "unable to allocate", "OOM when allocating", "
             "Insufficient memory", "RESOURCE_EXHAUSTED", "while trying to allocate", "memory has been allocated",
             "OutOfMemory", "out of memory", "[malloc", "::malloc]", "Resource exhausted", "Failed to allocate resource[",
             "WinError 1455", "out_of_memory", "Maximum pool size exceeded", "Ran out of memory in memory space",
-            "memory mapping failed with OOM", "Failed to cudaMalloc", "That was not possible", "StackDeviceMemory")
+            "memory mapping failed with OOM", "Failed to cudaMalloc", "That was not possible", "StackDeviceMemory",
+            "failed to cudaMalloc",
+            "TOutOfMemoryError", "Memory allocation error on worker")
 
 # PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
 # been allocated and available memory is only 3.625000MB."
@@ -92,10 +94,19 @@ XLA_COMPILE_OOM = re.compile(r"Ran out of memory in memory space (?P<space>\w+)\
 EXPANDABLE_MAP = re.compile(r"expandable_segments: memory mapping failed with OOM on device (?P<dev>\d+) while trying "
                             r"to map (?P<req>\d+) bytes \(free: (?P<free>\d+), total: (?P<total>\d+)\)")
 # Faiss's GPU indexes: "Faiss assertion 'cudaMalloc(p, size) == cudaSuccess' failed in ... allocMemorySpace ...;
-# details: Failed to cudaMalloc 16000000000 bytes", and its temporary-memory stack failing a CUDA call
+# details: Failed to cudaMalloc 16000000000 bytes" (newer: "Error in void faiss::gpu::allocMemorySpaceV(...) ...
+# failed to cudaMalloc 47064032 bytes (error 2 out of memory)"), and its temporary-memory stack failing a CUDA call
 # ("Faiss assertion 'err == cudaSuccess' failed in faiss::gpu::StackDeviceMemory::Stack::Stack(int, size_t)")
-FAISS_MALLOC = re.compile(r"Failed to cudaMalloc (?P<req>\d+) bytes")
+FAISS_MALLOC = re.compile(r"[Ff]ailed to cudaMalloc (?P<req>\d+) bytes")
 FAISS_STACK = re.compile(r"Faiss assertion '?err == cudaSuccess'? failed in [^;]{0,80}?StackDeviceMemory")
+# CatBoost's GPU memory pool: "(NCudaLib::TOutOfMemoryError) catboost/cuda/cuda_lib/memory_pool/stack_like_memory_pool.h
+# :303: Error: Out of memory. Requested 5546.536621 MB; Free 2131.370214 MB" (the figures may be cut off)
+CATBOOST_OOM = re.compile(r"TOutOfMemoryError\).*?Out of memory(?:\. Requested (?P<req>\d+(?:\.\d+)?) MB; Free "
+                          r"(?P<free>\d+(?:\.\d+)?) MB)?")
+# XGBoost's device allocator (gpu_hist): "Exception in gpu_hist: ... device_helpers.cuh:431: Memory allocation error
+# on worker 0: std::bad_alloc: cudaErrorMemoryAllocation: out of memory" (its "- Free memory: N" and "- Requested
+# memory: N" follow on their own lines); through RMM it is RAPIDS' own message (RMM_OOM)
+XGBOOST_OOM = re.compile(r"Memory allocation error on worker \d+: std::bad_alloc")
 # the TPU runtime reserving a compiled program's memory (torch_xla, older TF/JAX on TPU): "Resource exhausted: From
 # /job:tpu_worker/...:" then "Attempting to reserve 3.95G at the bottom of memory. That was not possible. There are
 # 1.92G free, 0B reserved, and 1.92G reservable."
@@ -188,9 +199,9 @@ def _xla_size(s: str | None) -> int | None:
 
 def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, stack: Stack) -> OomEvent | None:
     """PaddlePaddle, ONNX Runtime, a device allocator's free/total figures (XLA, vLLM's cumem), OpenCV, Apple
-    MLX (an exhausted pool, a buffer over Metal's maximum), Ascend's CANN, RAPIDS' RMM, PyTorch's expandable-segment
-    mapping warning, Faiss, the TPU runtime's reservation, Windows' paging file and XLA's RESOURCE_EXHAUSTED, tried in
-    that order; None when the line is none of them."""
+    MLX (an exhausted pool, a buffer over Metal's maximum), Ascend's CANN, RAPIDS' RMM, CatBoost's and XGBoost's GPU
+    allocators, PyTorch's expandable-segment mapping warning, Faiss, the TPU runtime's reservation, Windows' paging
+    file and XLA's RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
     if m := PADDLE_ENFORCE.search(text):
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")), free_bytes=int(m.group("free")),
                         exception=exc, message_format="paddle", stack=stack, truncated=True)
@@ -225,6 +236,13 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
     if RMM_OOM.search(text):
         return OomEvent(OomKind.OTHER, at, rank, exception=exc or "MemoryError", message_format="rmm", stack=stack,
                         truncated=True)
+    if "TOutOfMemoryError" in text and (m := CATBOOST_OOM.search(text)):
+        mib = (lambda g: int(float(g) * 2**20) if g else None)
+        return OomEvent(OomKind.OTHER, at, rank, requested_bytes=mib(m.group("req")), free_bytes=mib(m.group("free")),
+                        exception=exc or "TOutOfMemoryError", message_format="catboost", stack=stack, truncated=True)
+    if XGBOOST_OOM.search(text):
+        return OomEvent(OomKind.OTHER, at, rank, exception=exc or "XGBoostError", message_format="xgboost", stack=stack,
+                        truncated=True)
     if "memory mapping failed" in text and (m := EXPANDABLE_MAP.search(text)):
         # a warning: the exception that follows (when printed) is the complete message and wins over it
         return OomEvent(OomKind.CACHING_ALLOCATOR, at, rank, int(m.group("dev")), requested_bytes=int(m.group("req")),
@@ -232,7 +250,8 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
                         message_format="expandable_segments map", stack=stack, truncated=True)
     if m := FAISS_MALLOC.search(text):
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")), exception=exc,
-                        message_format="faiss", stack=stack, truncated=True)
+                        message_format="faiss" if "Faiss" in text or "faiss" in text else "cudaMalloc", stack=stack,
+                        truncated=True)
     if FAISS_STACK.search(text):
         return OomEvent(OomKind.OTHER, at, rank, exception=exc, message_format="faiss", stack=stack, truncated=True)
     if "That was not possible" in text and (m := TPU_RESERVE.search(text)):

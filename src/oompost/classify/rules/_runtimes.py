@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ...model import DATA_RUNTIMES
 from ..base import Cause, Fix, NotAFix
 from ._common import LARGER_CARD
 
@@ -134,9 +135,33 @@ MLX_FIXES = {
         Fix("code", "mlx_lm.lora --num-layers", "fewer adapted layers", "fewer gradients and optimizer states")),
 }
 
+# Faiss's GPU indexes: the vectors (and the search's temporary memory) live on the card
+FAISS_FIXES = (Fix("code", "shard the index over GPUs", "faiss.index_cpu_to_all_gpus(index, co) with co.shard = True",
+                   "each GPU holds a share of the vectors instead of a full copy"),
+               Fix("code", "a compressed index", "IVF-PQ (or GpuClonerOptions.useFloat16 = True)",
+                   "product-quantised or 16-bit vectors take a fraction of flat float32 storage"),
+               Fix("code", "temporary memory", "res.setTempMemory(...) smaller, and search / add in smaller batches",
+                   "StandardGpuResources reserves scratch memory beside the index; big batches need big temporaries"),
+               Fix("code", "a CPU index", "keep the index on the host (faiss.IndexFlat / IVF on CPU)",
+                   "host RAM holds what the card cannot"))
+# gradient boosting on the GPU: the quantised training matrix and the histograms live on the card
+XGBOOST_FIXES = (Fix("code", "QuantileDMatrix", "xgboost.QuantileDMatrix (or DaskQuantileDMatrix) instead of DMatrix",
+                     "keeps only the quantised matrix, not the raw features as well"),
+                 Fix("code", "more GPUs", "xgboost.dask over more workers, or fewer rows per GPU",
+                     "each GPU holds its partition of the rows"),
+                 Fix("code", "max_bin / max_depth", "lower them", "histograms grow with bins × nodes × features"),
+                 Fix("code", "external memory", "an iterator-backed ExtMemQuantileDMatrix",
+                     "batches of the data stream from host memory"))
+CATBOOST_FIXES = (Fix("code", "gpu_ram_part", "lower it (default 0.95) if something else uses the card",
+                      "CatBoost preallocates that share of the card for its pool"),
+                  Fix("code", "border_count / max_ctr_complexity / depth", "lower them",
+                      "the pool holds the quantised features, the CTR tables and the tree's histograms"),
+                  Fix("code", "task_type", "CPU, or more devices", "host RAM, or several GPUs, hold what one card cannot"))
+
 _TABLES: dict[str, tuple[Fix, ...] | dict[Cause, tuple[Fix, ...]]] = {
     "ggml": GGML_FIXES, "tensorrt": TENSORRT_FIXES, "rmm": RMM_FIXES,
-    "xla": XLA_FIXES, "tensorflow": TENSORFLOW_FIXES, "paddle": PADDLE_FIXES, "mlx": MLX_FIXES}
+    "xla": XLA_FIXES, "tensorflow": TENSORFLOW_FIXES, "paddle": PADDLE_FIXES, "mlx": MLX_FIXES,
+    "faiss": FAISS_FIXES, "xgboost": XGBOOST_FIXES, "catboost": CATBOOST_FIXES}
 # the training frameworks: PyTorch's allocator settings are what their users get told and what does nothing
 _TRAINING = ("xla", "tensorflow", "paddle", "mlx")
 
@@ -154,4 +179,4 @@ def runtime_fixes(runtime: str, cause: Cause) -> tuple[Fix, ...]:
 
 def runtime_not_fixes(runtime: str) -> tuple[NotAFix, ...]:
     """What a PyTorch user would try that does nothing in this runtime."""
-    return _NOT_TORCH if runtime in _TRAINING else ()
+    return _NOT_TORCH if runtime in _TRAINING + DATA_RUNTIMES else ()
