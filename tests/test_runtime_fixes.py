@@ -121,6 +121,7 @@ def test_a_data_library_oom_is_the_data_not_fitting_with_that_librarys_knobs():
         said = _said(r)
         assert knob in said and not any(w in said for w in TORCH_WORDS), (case, said)
         assert any("PYTORCH_CUDA_ALLOC_CONF" in n.what for n in r.primary.not_fixes), case
+        assert r.primary.settle and all("oompost.record" not in s and "torch.cuda" not in s for s in r.primary.settle)
 
 
 def test_a_data_library_rules_out_an_activation_spike_only():

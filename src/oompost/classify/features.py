@@ -24,7 +24,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ..analysis.phase import Phase
-from ..model import FailureKind, OomKind
+from ..model import DATA_RUNTIMES, FailureKind, OomKind
 from ..units import printed_rounding
 from ..analysis.shared_card import held_elsewhere
 from .base import Cause, Finding, Severity
@@ -198,6 +198,11 @@ def missing_evidence(ctx: "Context", cause: Cause | None = None) -> list[str]:
     if runtime == "mlx":
         return ["mx.get_peak_memory() per step (mx.metal.get_peak_memory() in older MLX), and the batch and "
                 "sequence sizes"]
+    if runtime in DATA_RUNTIMES:     # a library holding data, not a training loop: the data's size settles it
+        return ["the size of the data on the GPU (vectors × dimension, or rows × features, and their dtype) and the "
+                "card's free memory before the run (nvidia-smi)",
+                "the library's own memory report at the failure (RMM's pool statistics, XGBoost at verbosity 3, "
+                "Faiss's StandardGpuResources temporary memory)"]
     if ctx.oom is not None and (ctx.oom.requested_bytes or 0) >= IMPOSSIBLE_BYTES:
         # a corrupt size (CFG004): no memory figure settles it, the build does
         return ["the versions the failing extension was built for and runs with (torch.__version__, "
