@@ -107,3 +107,19 @@ def test_bare_numbers_that_do_not_clearly_rise_are_no_series(tmp_path):
     short.write_text("239657472\n467977216\n694494720\n")
     for p in (flat, short):
         assert parse_paths([str(p)]).fact("cue.memory_growing") is None
+
+
+def test_nccl_channel_lines_are_not_offered_to_the_step_parser_but_upper_case_memory_words_are():
+    # a long multi-rank log prints "via P2P/CUMEM/read" on every NCCL channel line: offered to the step parser they
+    # cost a regex each and broke its bulk path (a 100 MB benchmark log took twice as long)
+    from oompost.parsers.steps import StepParser
+
+    trigger = StepParser.TRIGGER
+    assert trigger.search("node01:4007:4133 [7] NCCL INFO Channel 06/0 : 4[5] -> 1[3] via P2P/CUMEM/read") is None
+    for line in ("GPU MEM: 12.3G", "step 3 | GPU_MEM=11.2G", "MEM: 10.5 GiB", "epoch 1 gpu_mem 8.21G"):
+        assert trigger.search(line) is not None, line
+    # and an NCCL debug line that does reach it (another sentinel in it) yields no memory print
+    lines = "".join(f"node01:400{i}:41{i} [0] NCCL INFO alloc {i} GiB via P2P/CUMEM\n" for i in range(6))
+    from oompost.parsers import parse_text
+
+    assert not parse_text(lines).memory

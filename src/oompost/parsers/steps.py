@@ -93,7 +93,9 @@ TRIGGERS = ("alloc", "reserved", "cached", "param", "Param", "PARAM", "per_devic
             "block_size", "model_max_length", "max_steps", "world_size", "lora_r", "Instantaneous batch size",
             "Gradient Accumulation steps", "Total train batch size", "gradient_checkpointing",
             "checkpointing", "attn_implementation", "NVIDIA", "torch ", "PyTorch", "torch version", "model_name",
-            "seq ", "padded to", "-token ", "torch.Size", "mem", "Mem", "MEM")
+            "seq ", "padded to", "-token ", "torch.Size", "mem", "Mem",
+            # upper case only as a word of its own: NCCL prints "P2P/CUMEM" on every channel line of a long run
+            "_MEM", " MEM", "MEM:", "MEM=", "MEM ")
 
 
 class StepParser:
@@ -128,8 +130,8 @@ class StepParser:
 
     def feed(self, ln: LogLine) -> None:
         text = ln.text
-        if text.lstrip().startswith(("File \"", "^")):
-            return
+        if text.lstrip().startswith(("File \"", "^")) or " NCCL INFO " in text:
+            return                  # a frame, or NCCL's debug log ("via P2P/CUMEM", "cuMem"): no figure of ours
         memory_word = ("lloc" in text or "reserved" in text or "cached" in text or "ALLOC" in text
                        or "mem" in text or "Mem" in text or "MEM" in text)
         if memory_word:
