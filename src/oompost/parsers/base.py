@@ -259,7 +259,7 @@ class TracebackTracker:
 
     def feed(self, ln: LogLine, rank: int | None) -> None:
         text = ln.text
-        if rank is None and text[:1] in _SRUN_START and (ms := _SRUN_INDENTED.match(text)):
+        if rank is None and text[:1] in _SRUN_START and ": " in text[:12] and (ms := _SRUN_INDENTED.match(text)):
             # srun's "0: " before an indented frame or code line (the launcher rules keep those)
             rank, text = int(ms.group(1)), text[ms.end():]
         st = self._state.get(rank)
@@ -268,7 +268,7 @@ class TracebackTracker:
             return
         if st is not None and st.active and st.prefix and text.startswith(st.prefix):
             text = text[len(st.prefix):]
-        if (st is None or not st.active) and text.lstrip().startswith("❱"):
+        if (st is None or not st.active) and "❱" in text and text.lstrip().startswith("❱"):
             # rich's marked line of an excerpt that kept only the boxes' source context (no frame header): the
             # failing statement, as a traceback whose frame header was lost
             code = _RICH_MARKED.sub("", text).replace("│", " ").strip()

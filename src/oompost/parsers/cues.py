@@ -82,6 +82,13 @@ HOST_SERIES = re.compile(r"\bRAM\b|\brss\b|\bRSS\b|[Rr]esident|\b(?:host|cpu|CPU
 GPU_WORDS = re.compile(r"\b(?:GPU|gpu|cuda|CUDA|VRAM|vram)")
 # a table row of memory readings, one per column ("Memory (GiB)  | 8.7      | 12.1  | 13.9  | 15.5"): the label
 # before the first bar names memory, every cell after it is a figure
+def _row_label_names_memory(text: str) -> bool:
+    """What MEM_ROW's label needs before the first "|" (a memory word), as plain substring tests: most lines
+    with a "|" (tqdm bars, step lines) fail here without running the pattern."""
+    head = text[:text.find("|")]
+    return "emory" in head or "VRAM" in head or "vram" in head or "RAM" in head or "mem" in head
+
+
 MEM_ROW = re.compile(r"^\s*(?P<label>[^|]*?(?:[Mm]emory|VRAM|vram|\bRAM\b|\bmem\b)[^|]*?)\s*\|(?P<cells>(?:\s*\d+(?:\.\d+)?\s*\|){2,}"
                      r"\s*\d+(?:\.\d+)?\s*)\|?\s*$")
 _NUMS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
@@ -333,14 +340,14 @@ class CueParser(SentinelParser):
         elif self._readings < self.SERIES_READINGS and BARE_LINE.fullmatch(text):
             self._bare(text, ln)
             return
-        if "|" in text and (row := MEM_ROW.match(text)) is not None:
+        if "|" in text and _row_label_names_memory(text) and (row := MEM_ROW.match(text)) is not None:
             key = "row " + _NUMS.sub("#", row.group("label").strip())
             self._series[key] = [float(v) for v in _NUMS.findall(row.group("cells"))]
             self._series_ln.setdefault(key, ln)
             self._series_last[key] = ln
             self._readings += 1
             return
-        if "memory_" in text and (mq := MEMORY_QUERY.search(text)) and not has_digit(text[mq.end():]):
+        if "memory_" in text and "(" in text and (mq := MEMORY_QUERY.search(text)) and not has_digit(text[mq.end():]):
             self._query = "? " + _NUMS.sub("#", mq.group(0))
             if self._query_ln is None:
                 self._query_ln = ln

@@ -322,7 +322,7 @@ class StepParser:
         self.out.fact(name, value, ref(self.path, ln))
 
     def _facts(self, text: str, ln: LogLine) -> None:
-        if "model.params" not in self._done and "param" in text.lower():
+        if "model.params" not in self._done and ("param" in text or "Param" in text or "PARAM" in text):
             for rx in PARAMS:
                 m = rx.search(text)
                 if m:
