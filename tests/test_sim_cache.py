@@ -56,6 +56,19 @@ def test_another_setup_or_device_is_another_entry(cache_dir: Path) -> None:
     assert len(_files(cache_dir)) == 3
 
 
+def test_where_a_spec_came_from_is_not_part_of_the_key(cache_dir: Path) -> None:
+    # a spec inferred from a log quotes the log's parameter count in ``source``; the replay does not read it, so
+    # jobs of one model share one entry (a scan of 150 jobs had keyed 27 variants of a few models apart)
+    from dataclasses import replace
+
+    program._simulate(replace(SPEC, source="preset qwen2.5-0.5b (same parameter count as the log's 494,000,000)"),
+                      SETUP, 24 * GiB)
+    program._simulate(replace(SPEC, source="config"), SETUP, 24 * GiB)
+    assert len(_files(cache_dir)) == 1 and len(program._SIM_CACHE) == 1
+    program._simulate(replace(SPEC, layers=SPEC.layers + 1), SETUP, 24 * GiB)
+    assert len(_files(cache_dir)) == 2
+
+
 @pytest.mark.parametrize("tamper", [
     lambda d: {**d, "peak_reserved": "1e99"},
     lambda d: {**d, "live_at_peak": {"weights": 1.5}},
