@@ -4,6 +4,7 @@ and taking evidence away weakens a verdict but never flips it to another cause a
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -369,5 +370,8 @@ def test_a_close_runner_up_is_shown_beside_the_verdict():
 
     data = json.loads(render(r, "json"))
     assert data["findings"][0]["runners_up"][0]["cause"] in {c.value for c in causes}
-    assert "Next causes: `config_error`" in render(r, "md")
+    md = render(r, "md")
+    assert "Next causes: `config_error`" in md
+    # its own paragraph still ends there: the next one is not glued to it
+    assert re.search(r"Next causes: [^\n]*\.\n\n", md), md[md.find("Next causes"):][:200]
     assert "next: <code>config_error</code>" in render(r, "html")
