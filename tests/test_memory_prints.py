@@ -118,8 +118,13 @@ def test_nccl_channel_lines_are_not_offered_to_the_step_parser_but_upper_case_me
     assert trigger.search("node01:4007:4133 [7] NCCL INFO Channel 06/0 : 4[5] -> 1[3] via P2P/CUMEM/read") is None
     for line in ("GPU MEM: 12.3G", "step 3 | GPU_MEM=11.2G", "MEM: 10.5 GiB", "epoch 1 gpu_mem 8.21G"):
         assert trigger.search(line) is not None, line
-    # and an NCCL debug line that does reach it (another sentinel in it) yields no memory print
-    lines = "".join(f"node01:400{i}:41{i} [0] NCCL INFO alloc {i} GiB via P2P/CUMEM\n" for i in range(6))
-    from oompost.parsers import parse_text
+    # an NCCL debug line that another sentinel still brings ("via direct shared memory", horovod/horovod#893,
+    # dev) is dropped at once: no line shape is registered as a possible memory print for it
+    from oompost.parsers.base import EvidenceBuilder
+    from oompost.sources import decode_line
 
-    assert not parse_text(lines).memory
+    parser = StepParser("log.txt", EvidenceBuilder())
+    raw = b"heinzel135:151779:151929 [1] NCCL INFO Ring 00 : 1[1] -> 2[2] via direct shared memory"
+    for ln in decode_line(1, raw):
+        parser.feed(ln)
+    assert parser._prints == {}
