@@ -570,6 +570,17 @@ def test_other_allocators_own_failure_lines_are_gpu_ooms_with_their_figures():
                           "1280000000 B, highwater 1280000000 B)\n").ooms
 
 
+def test_of_two_cut_failure_lines_the_one_naming_its_request_is_the_verdicts_oom():
+    # faiss#648 (dev) posts the temporary-memory assertion (no size) before the cudaMalloc line with the size:
+    # both are truncated events, and the one that quotes 16000000000 bytes is the one the report must quote
+    from oompost.analysis.context import build_context
+
+    ev = parse_text(FAISS_TEMP + "\n" + FAISS)
+    assert [o.requested_bytes for o in ev.ooms] == [None, 16000000000]
+    assert all(o.truncated for o in ev.ooms)
+    assert build_context(ev).oom.requested_bytes == 16000000000
+
+
 def test_the_expandable_segment_warning_yields_to_the_exception_after_it():
     # the exception line is written here in PyTorch >= 2.2's format (no captured log holds both lines yet: the GPU
     # machine could not be had when this was written); what is tested is that a complete message wins

@@ -166,11 +166,14 @@ _SCRATCH_STACKS = ("nn/modules/conv.py", "nn/modules/batchnorm.py", "torchvision
 
 
 def _first_oom(ev: Evidence, first_rank: int | None) -> OomEvent | None:
-    """The first failing rank's OOM; GPU OOMs before host ones."""
+    """The first failing rank's OOM; GPU OOMs before host ones.  A complete message wins over a truncated one,
+    and among truncated ones, the first that still names its request (a cut runtime line often precedes the
+    library's own line with the size)."""
     if not ev.ooms:
         return None
     mine = [o for o in ev.ooms if first_rank is None or o.rank in (first_rank, None)] or list(ev.ooms)
-    complete = [o for o in mine if not o.truncated] or mine
+    complete = ([o for o in mine if not o.truncated] or [o for o in mine if o.requested_bytes]
+                or mine)
     return complete[0]
 
 
