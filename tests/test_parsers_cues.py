@@ -153,3 +153,14 @@ def test_a_step_price_contradicted_by_finished_iterations_is_no_evidence() -> No
     assert _configured_step_ran(build_context(parse_text(ran.read_text())))
     first = ROOT / "sample_logs" / "capacity_qwen2.5_3b_fp32_trainer_3090_24g" / "run.log"
     assert not _configured_step_ran(build_context(parse_text(first.read_text())))
+
+
+def test_vllms_own_environment_variable_in_its_hint_names_the_serving_engine() -> None:
+    # vllm-project/vllm#57595 (dev): the only lines posted are the OOM message with vLLM's own hint; the word
+    # "vllm" appears nowhere else, so the engine is known only from its variable's name
+    text = ("    which 120.88 MiB is free. ... If this problem persists, try setting\n"
+            "    VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0\n")
+    facts = {f.name: f for f in parse_text(text).facts}
+    assert facts["cue.serving"].ref.line == 2
+    # a variable that merely ends in the letters is not vLLM's
+    assert "cue.serving" not in {f.name for f in parse_text("export MY_VLLM_X=1\n").facts}

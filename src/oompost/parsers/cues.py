@@ -41,11 +41,12 @@ CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
                               r"\b(?:validation|val|eval|test)_(?:step|epoch|loop|batch)\b|prediction_loop|"
                               r"_run_eval\w*|\bdo_eval\b")),
     # inference servers and generation
-    "serving": (("vllm", "vLLM", "sglang", "text-generation-inference", "text_generation_server",
+    # (vLLM's own environment variables, named in its hints: "try setting VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0")
+    "serving": (("vllm", "vLLM", "VLLM_", "sglang", "text-generation-inference", "text_generation_server",
                  "text_generation_launcher", "text_generation_router", "text_generation_client",
                  "Unable to warmup", "KV cache",
                  "kv cache", "cache blocks", "max_model_len", "gpu_memory_utilization"),
-                re.compile(r"vllm|vLLM|sglang|text.generation.(?:inference|server|launcher|router|client)|Unable to warmup|"
+                re.compile(r"vllm|vLLM|\bVLLM_[A-Z]|sglang|text.generation.(?:inference|server|launcher|router|client)|Unable to warmup|"
                            r"KV cache|kv cache|cache blocks|max_model_len|gpu_memory_utilization")),
     "generation": (("generate", "Generat", "sampling"),
                    re.compile(r"\bgenerate\(|[Gg]enerating|generation_config|\.generate\b|sampling")),
