@@ -581,6 +581,27 @@ def test_of_two_cut_failure_lines_the_one_naming_its_request_is_the_verdicts_oom
     assert build_context(ev).oom.requested_bytes == 16000000000
 
 
+# ADLab-AutoDrive/BEVFusion#28 (dev): spconv's CUDA macro prints only the runtime's error code (2 is
+# cudaErrorMemoryAllocation); NVIDIA-ISAAC-ROS/isaac_ros_nvblox#30 (dev): "CUDA error = 2 at ..."
+SPCONV = ("RuntimeError: mmdet3d/ops/spconv/src/indice_cuda.cu 124\n"
+          "cuda execution failed with error 2\n")
+NVBLOX = ("CUDA error = 2 at /home/nvidia/zed_ws/src/isaac_ros_nvblox/nvblox/nvblox/include/nvblox/core/impl/"
+          "unified_vector_impl.h:209 'cudaMalloc(&new_buffer, sizeof(T) * capacity)'. Error string: out of memory.\n")
+
+
+def test_a_cuda_extensions_bare_error_code_2_is_a_gpu_allocation_failure():
+    for text in (SPCONV, NVBLOX):
+        (o,) = parse_text(text).ooms
+        assert (o.kind, o.message_format) == (OomKind.CUDA_ERROR, "CUDA error 2")
+    # another code is not, nor (a line written here, not captured) NCCL's code 2, a system error, nor a
+    # connection's "error code 2" (Ray, in TinyZero#30's real log)
+    assert not parse_text(SPCONV.replace("error 2", "error 20")).ooms
+    assert not parse_text("RuntimeError: NCCL error 2: cuda unhandled system error\n").ooms
+    ray = (Path(__file__).resolve().parent / "corpus/Jiayi-Pan__TinyZero__30/log.txt").read_text()
+    assert "connection error code 2" in ray
+    assert not [o for o in parse_text(ray).ooms if o.message_format == "CUDA error 2"]
+
+
 def test_the_expandable_segment_warning_yields_to_the_exception_after_it():
     # the exception line is written here in PyTorch >= 2.2's format (no captured log holds both lines yet: the GPU
     # machine could not be had when this was written); what is tested is that a complete message wins

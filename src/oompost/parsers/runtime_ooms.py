@@ -28,7 +28,7 @@ TRIGGERS = ("failed to allocate", "unable to allocate", "OOM when allocating", "
             "WinError 1455", "out_of_memory", "Maximum pool size exceeded", "Ran out of memory in memory space",
             "memory mapping failed with OOM", "Failed to cudaMalloc", "That was not possible", "StackDeviceMemory",
             "failed to cudaMalloc",
-            "TOutOfMemoryError", "Memory allocation error on worker")
+            "TOutOfMemoryError", "Memory allocation error on worker", "rror 2", "rror = 2")
 
 # PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
 # been allocated and available memory is only 3.625000MB."
@@ -112,6 +112,13 @@ XGBOOST_OOM = re.compile(r"Memory allocation error on worker \d+: std::bad_alloc
 # 1.92G free, 0B reserved, and 1.92G reservable."
 TPU_RESERVE = re.compile(r"Attempting to (?:reserve|allocate) (?P<req>\d+(?:\.\d+)?[KMGT]?) at the (?:bottom|top) of "
                          r"memory\. That was not possible\. There are (?P<free>\d+(?:\.\d+)?[KMGT]?) free")
+
+# a CUDA extension's own error macro printing only the runtime's code: "RuntimeError: mmdet3d/ops/spconv/src/
+# indice_cuda.cu 124" then "cuda execution failed with error 2", "CUDA error 2 at /.../ggml-cuda.cu:6301", "CUDA
+# error = 2 at ...unified_vector_impl.h:209".  Code 2 is cudaErrorMemoryAllocation in the runtime API and
+# CUDA_ERROR_OUT_OF_MEMORY in the driver API: an allocation failed, whichever the extension called.  (NCCL's
+# "NCCL error 2" is ncclSystemError, and a connection's "error code 2" is not CUDA's: the word CUDA must lead.)
+CUDA_CODE_2 = re.compile(r"\b(?:CUDA|[Cc]uda)\b[\w ]{0,30}?\b(?:error|Error|ERROR)(?: code)?\s*(?:=\s*)?2\b(?![\d.])")
 
 # llama.cpp / ggml (llama-cpp-python, ollama): "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size
 # 4733328896", "llama_model_load: error loading model: unable to allocate ROCm0 buffer", "ggml_backend_cuda_buffer_
@@ -201,7 +208,7 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
     """PaddlePaddle, ONNX Runtime, a device allocator's free/total figures (XLA, vLLM's cumem), OpenCV, Apple
     MLX (an exhausted pool, a buffer over Metal's maximum), Ascend's CANN, RAPIDS' RMM, CatBoost's and XGBoost's GPU
     allocators, PyTorch's expandable-segment mapping warning, Faiss, the TPU runtime's reservation, Windows' paging
-    file and XLA's RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
+    file, a CUDA extension's bare error code 2 and XLA's RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
     if m := PADDLE_ENFORCE.search(text):
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")), free_bytes=int(m.group("free")),
                         exception=exc, message_format="paddle", stack=stack, truncated=True)
@@ -265,6 +272,9 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=_xla_size(m.group("used")),
                         capacity_bytes=_xla_size(m.group("cap")), exception=exc or "XlaRuntimeError",
                         message_format="xla", request_scope="program", stack=stack, truncated=True)
+    if "rror" in text and CUDA_CODE_2.search(text) and "NCCL" not in text:
+        return OomEvent(OomKind.CUDA_ERROR, at, rank, exception=exc, message_format="CUDA error 2", stack=stack,
+                        truncated=True)
     if ("RESOURCE_EXHAUSTED" in text or "Resource exhausted" in text) and (m := XLA_OOM.search(text)):
         req = int(m.group("req") or m.group("req3") or 0) or _xla_size(m.group("req2"))
         dev = int(m.group("dev")) if m.group("dev") else None
