@@ -602,6 +602,23 @@ def test_a_cuda_extensions_bare_error_code_2_is_a_gpu_allocation_failure():
     assert not [o for o in parse_text(ray).ooms if o.message_format == "CUDA error 2"]
 
 
+# InternLM/lmdeploy#1593 and #998 (dev): TurboMind's CUDA runtime error names the source file that failed
+TM_WEIGHTS = "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/memory_utils.cu:32 \n"
+TM_BUFFERS = "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/allocator.h:231 \n"
+
+
+def test_turbominds_runtime_error_names_its_source_file_and_deviceMalloc_is_the_weights():
+    from oompost.analysis.context import build_context
+    from oompost.analysis.phase import Phase
+
+    (o,) = parse_text(TM_WEIGHTS).ooms
+    assert o.message_format == "turbomind" and o.stack.frames[0].filename.endswith("utils/memory_utils.cu")
+    assert build_context(parse_text(TM_WEIGHTS)).phase.phase is Phase.MODEL_INIT
+    (o,) = parse_text(TM_BUFFERS).ooms
+    assert o.stack.frames[0].line == 231
+    assert build_context(parse_text(TM_BUFFERS)).phase.phase is not Phase.MODEL_INIT
+
+
 def test_the_expandable_segment_warning_yields_to_the_exception_after_it():
     # the exception line is written here in PyTorch >= 2.2's format (no captured log holds both lines yet: the GPU
     # machine could not be had when this was written); what is tested is that a complete message wins

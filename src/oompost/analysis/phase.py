@@ -122,6 +122,10 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     # TensorRT 7's rtSafe runtime allocate): failing there is building the engine, before any inference
     (Phase.MODEL_INIT, "tensorrt", r"resizePhysical|virtualMemoryBuffer|Runtime::allocate", None,
      "TensorRT building the engine (weights and tactic workspace)"),
+    # LMDeploy's TurboMind: the source file of the failed cudaMalloc (parsers/runtime_ooms.py makes it the frame);
+    # utils/memory_utils.cu's deviceMalloc is where the engine allocates the model's weights (lmdeploy#1593 and
+    # #2381, dev: both failed creating the weights); its allocator.h (runtime buffers) is left to the other signs
+    (Phase.MODEL_INIT, "turbomind/utils/memory_utils", None, None, "TurboMind allocating the weights (deviceMalloc)"),
     # llama.cpp / ggml: the C function that failed to allocate (parsers/runtime_ooms.py makes it the one frame)
     (Phase.GENERATION, "ggml", r"kv_cache|kv_self", r"kv cache", "llama.cpp's KV cache"),
     (Phase.FORWARD, "ggml", r"gallocr|graph|sched|compute|pool_malloc", None,

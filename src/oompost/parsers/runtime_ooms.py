@@ -120,6 +120,12 @@ TPU_RESERVE = re.compile(r"Attempting to (?:reserve|allocate) (?P<req>\d+(?:\.\d
 # "NCCL error 2" is ncclSystemError, and a connection's "error code 2" is not CUDA's: the word CUDA must lead.)
 CUDA_CODE_2 = re.compile(r"\b(?:CUDA|[Cc]uda)\b[\w ]{0,30}?\b(?:error|Error|ERROR)(?: code)?\s*(?:=\s*)?2\b(?![\d.])")
 
+# LMDeploy's TurboMind engine (FasterTransformer's lineage): "RuntimeError: [TM][ERROR] CUDA runtime error: out of
+# memory /lmdeploy/src/turbomind/utils/memory_utils.cu:32".  The source file that failed is the event's one frame:
+# memory_utils.cu's deviceMalloc allocates the weights, allocator.h the runtime buffers (analysis/phase.py)
+TURBOMIND = re.compile(r"\[TM\]\[ERROR\]\s*CUDA runtime error: out of memory\s+(?P<path>\S+?\.(?:cu|cuh|h|cc|cpp)):"
+                       r"(?P<line>\d+)")
+
 # llama.cpp / ggml (llama-cpp-python, ollama): "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size
 # 4733328896", "llama_model_load: error loading model: unable to allocate ROCm0 buffer", "ggml_backend_cuda_buffer_
 # type_alloc_buffer: allocating 4514.05 MiB on device 0: cudaMalloc failed: out of memory".  The C function that
@@ -208,7 +214,7 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
     """PaddlePaddle, ONNX Runtime, a device allocator's free/total figures (XLA, vLLM's cumem), OpenCV, Apple
     MLX (an exhausted pool, a buffer over Metal's maximum), Ascend's CANN, RAPIDS' RMM, CatBoost's and XGBoost's GPU
     allocators, PyTorch's expandable-segment mapping warning, Faiss, the TPU runtime's reservation, Windows' paging
-    file, a CUDA extension's bare error code 2 and XLA's RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
+    file, TurboMind's runtime error, a CUDA extension's bare error code 2 and XLA's RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
     if m := PADDLE_ENFORCE.search(text):
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")), free_bytes=int(m.group("free")),
                         exception=exc, message_format="paddle", stack=stack, truncated=True)
@@ -272,6 +278,11 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=_xla_size(m.group("used")),
                         capacity_bytes=_xla_size(m.group("cap")), exception=exc or "XlaRuntimeError",
                         message_format="xla", request_scope="program", stack=stack, truncated=True)
+    if "[TM]" in text and (m := TURBOMIND.search(text)):
+        path = m.group("path")
+        frame = Frame(path, int(m.group("line")), path.rsplit("/", 1)[-1].split(".", 1)[0], text.strip()[:200])
+        return OomEvent(OomKind.OTHER, at, rank, exception=exc, message_format="turbomind", stack=Stack((frame,)),
+                        truncated=True)
     if "rror" in text and CUDA_CODE_2.search(text) and "NCCL" not in text:
         return OomEvent(OomKind.CUDA_ERROR, at, rank, exception=exc, message_format="CUDA error 2", stack=stack,
                         truncated=True)
