@@ -607,13 +607,20 @@ TM_WEIGHTS = "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdep
 TM_BUFFERS = "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/allocator.h:231 \n"
 
 
-def test_turbominds_runtime_error_names_its_source_file_and_deviceMalloc_is_the_weights():
+def test_turbominds_runtime_error_names_its_source_file_and_deviceMalloc_is_the_weights(tmp_path):
     from oompost.analysis.context import build_context
     from oompost.analysis.phase import Phase
 
     (o,) = parse_text(TM_WEIGHTS).ooms
     assert o.message_format == "turbomind" and o.stack.frames[0].filename.endswith("utils/memory_utils.cu")
-    assert build_context(parse_text(TM_WEIGHTS)).phase.phase is Phase.MODEL_INIT
+    ctx = build_context(parse_text(TM_WEIGHTS))
+    assert ctx.phase.phase is Phase.MODEL_INIT
+    # only an inference server prints it: its fixes are a server's (tensor parallelism, quantisation), not LoRA's
+    assert ctx.is_serving
+    log = tmp_path / "serve.log"
+    log.write_text(TM_WEIGHTS)
+    keys = [f.key for f in oompost.analyze(log).findings[0].fixes]
+    assert "--tensor-parallel-size" in keys and "lora_r" not in keys, keys
     (o,) = parse_text(TM_BUFFERS).ooms
     assert o.stack.frames[0].line == 231
     assert build_context(parse_text(TM_BUFFERS)).phase.phase is not Phase.MODEL_INIT

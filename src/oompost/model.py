@@ -46,6 +46,9 @@ OWN_RUNTIMES = ("ggml", "tensorrt", "rmm", "xla", "tensorflow", "paddle", "mlx",
 # ... of them, the libraries that keep data on the GPU, not a network's activations (a vector index, a training matrix,
 # a dataframe): what fails is the data not fitting, never a step's activations
 DATA_RUNTIMES = ("rmm", "faiss", "xgboost", "catboost")
+# OOM messages only an inference server prints (LMDeploy's TurboMind): its knobs are a server's (quantisation, tensor
+# parallelism, the KV-cache share), never a trainer's
+SERVING_FORMATS = ("turbomind",)
 RUNTIME_FRAMES = {"ggml": "llama.cpp", "tensorflow": "TensorFlow", "onnxruntime": "ONNX Runtime",
                   "tensorrt": "TensorRT"}
 

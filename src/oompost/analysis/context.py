@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..estimate.memory import Estimate, TrainSetup, estimate
 from ..estimate.models import ModelSpec, spec_from_param_count
-from ..model import OWN_RUNTIMES, RUNTIME_FRAMES, Evidence, Failure, Fact, Frame, OomEvent, Snapshot
+from ..model import OWN_RUNTIMES, RUNTIME_FRAMES, SERVING_FORMATS, Evidence, Failure, Fact, Frame, OomEvent, Snapshot
 from .phase import Phase, PhaseMatch, classify_frames, user_location
 from .ranks import RankRow, first_failing_rank, rank_table
 from .setup import RunSetup, build_setup
@@ -90,8 +90,10 @@ class Context:
     @property
     def is_serving(self) -> bool:
         """An inference server's log (vLLM, TGI, sglang: their start-up and KV-cache lines) with no training in
-        it: batch size, checkpointing and ZeRO are not its knobs."""
+        it: batch size, checkpointing and ZeRO are not its knobs), or an OOM message only a server prints."""
         ev = self.evidence
+        if self.oom is not None and self.oom.message_format in SERVING_FORMATS:
+            return True
         return (ev.fact("cue.serving") is not None and ev.fact("cue.training_progress") is None
                 and not self.setup.deepspeed and not self.steps)
 
