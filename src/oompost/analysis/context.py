@@ -90,7 +90,8 @@ class Context:
     @property
     def is_serving(self) -> bool:
         """An inference server's log (vLLM, TGI, sglang: their start-up and KV-cache lines) with no training in
-        it: batch size, checkpointing and ZeRO are not its knobs), or an OOM message only a server prints."""
+        it, or an OOM message only a server prints (model.SERVING_FORMATS): batch size, checkpointing and ZeRO are
+        not its knobs."""
         ev = self.evidence
         if self.oom is not None and self.oom.message_format in SERVING_FORMATS:
             return True
@@ -174,9 +175,8 @@ def _first_oom(ev: Evidence, first_rank: int | None) -> OomEvent | None:
     if not ev.ooms:
         return None
     mine = [o for o in ev.ooms if first_rank is None or o.rank in (first_rank, None)] or list(ev.ooms)
-    complete = ([o for o in mine if not o.truncated] or [o for o in mine if o.requested_bytes]
-                or mine)
-    return complete[0]
+    best = [o for o in mine if not o.truncated] or [o for o in mine if o.requested_bytes] or mine
+    return best[0]
 
 
 def _stack_near(ev: Evidence, oom: OomEvent, window: int = 400) -> tuple:

@@ -83,16 +83,16 @@ HOST_SERIES = re.compile(r"\bRAM\b|\brss\b|\bRSS\b|[Rr]esident|\b(?:host|cpu|CPU
 GPU_WORDS = re.compile(r"\b(?:GPU|gpu|cuda|CUDA|VRAM|vram)")
 # a table row of memory readings, one per column ("Memory (GiB)  | 8.7      | 12.1  | 13.9  | 15.5"): the label
 # before the first bar names memory, every cell after it is a figure
+MEM_ROW = re.compile(r"^\s*(?P<label>[^|]*?(?:[Mm]emory|VRAM|vram|\bRAM\b|\bmem\b)[^|]*?)\s*\|(?P<cells>(?:\s*\d+(?:\.\d+)?\s*\|){2,}"
+                     r"\s*\d+(?:\.\d+)?\s*)\|?\s*$")
+_NUMS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
+
+
 def _row_label_names_memory(text: str) -> bool:
     """What MEM_ROW's label needs before the first "|" (a memory word), as plain substring tests: most lines
     with a "|" (tqdm bars, step lines) fail here without running the pattern."""
     head = text[:text.find("|")]
     return "emory" in head or "VRAM" in head or "vram" in head or "RAM" in head or "mem" in head
-
-
-MEM_ROW = re.compile(r"^\s*(?P<label>[^|]*?(?:[Mm]emory|VRAM|vram|\bRAM\b|\bmem\b)[^|]*?)\s*\|(?P<cells>(?:\s*\d+(?:\.\d+)?\s*\|){2,}"
-                     r"\s*\d+(?:\.\d+)?\s*)\|?\s*$")
-_NUMS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
 
 
 # A model's size in its name: "Llama-2-7b-hf", "Qwen2-72B-Instruct", "llama2-7b", "opt-125m", "Qwen2.5-0.5B".

@@ -26,8 +26,7 @@ TRIGGERS = ("failed to allocate", "unable to allocate", "OOM when allocating", "
             "Insufficient memory", "RESOURCE_EXHAUSTED", "while trying to allocate", "memory has been allocated",
             "OutOfMemory", "out of memory", "[malloc", "::malloc]", "Resource exhausted", "Failed to allocate resource[",
             "WinError 1455", "out_of_memory", "Maximum pool size exceeded", "Ran out of memory in memory space",
-            "memory mapping failed with OOM", "Failed to cudaMalloc", "That was not possible", "StackDeviceMemory",
-            "failed to cudaMalloc",
+            "memory mapping failed with OOM", "ailed to cudaMalloc", "That was not possible", "StackDeviceMemory",
             "TOutOfMemoryError", "Memory allocation error on worker", "rror 2", "rror = 2")
 
 # PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
@@ -214,7 +213,8 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
     """PaddlePaddle, ONNX Runtime, a device allocator's free/total figures (XLA, vLLM's cumem), OpenCV, Apple
     MLX (an exhausted pool, a buffer over Metal's maximum), Ascend's CANN, RAPIDS' RMM, CatBoost's and XGBoost's GPU
     allocators, PyTorch's expandable-segment mapping warning, Faiss, the TPU runtime's reservation, Windows' paging
-    file, TurboMind's runtime error, a CUDA extension's bare error code 2 and XLA's RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
+    file, XLA's compile-time overflow, TurboMind's runtime error, a CUDA extension's bare error code 2 and XLA's
+    RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
     if m := PADDLE_ENFORCE.search(text):
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")), free_bytes=int(m.group("free")),
                         exception=exc, message_format="paddle", stack=stack, truncated=True)
