@@ -46,6 +46,9 @@ def test_hostile_and_corrupt_inputs_never_stop_the_scan(tmp_path: Path) -> None:
     _job(root, "hostile_pickle_gz", {"snapshot.pickle.gz": gzip.compress(hostile), "run.log": SPIKE_LOG})
     _job(root, "corrupt_pickle", {"snapshot.pickle": real_snapshot[: len(real_snapshot) // 3]})
     _job(root, "binary_junk", {"core": os.urandom(1 << 16)})
+    # junk that opens like JSON or HTML by chance (one random file in ~200 opens with "{") is still junk
+    _job(root, "junk_brace", {"core": b" {" + os.urandom(1 << 12)})
+    _job(root, "junk_html", {"core": b"<html>" + os.urandom(1 << 12)})
     _job(root, "empty_gz", {"run.log.gz": b""})
     _job(root, "truncated_gz", {"run.log.gz": gzip.compress(SPIKE_LOG * 20)[:3000]})
     _job(root, "nul_bytes", {"run.log": SPIKE_LOG.replace(b"\n", b"\x00\n", 50)})      # reads as binary
@@ -72,8 +75,8 @@ def test_hostile_and_corrupt_inputs_never_stop_the_scan(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 300
     assert not marker.exists(), "a pickle ran code"
     rows = {r["job"]: r for r in result.rows}
-    expected_jobs = {"good", "hostile_pickle", "hostile_pickle_gz", "corrupt_pickle", "binary_junk", "empty_gz",
-                     "truncated_gz", "nul_bytes", "ansi", "invalid_utf8", "single_50mb_line", "empty_file",
+    expected_jobs = {"good", "hostile_pickle", "hostile_pickle_gz", "corrupt_pickle", "binary_junk", "junk_brace",
+                     "junk_html", "empty_gz", "truncated_gz", "nul_bytes", "ansi", "invalid_utf8", "single_50mb_line", "empty_file",
                      "symlink_loop", "dir_loop/sub", "fifo", "unreadable", "nul_tail"}
     assert set(rows) == expected_jobs
     internal = {j: r["error"] for j, r in rows.items() if r["error"].startswith("internal error")}
@@ -86,6 +89,8 @@ def test_hostile_and_corrupt_inputs_never_stop_the_scan(tmp_path: Path) -> None:
     for job in ("binary_junk", "empty_gz", "empty_file", "hostile_pickle", "nul_bytes"):
         r = rows[job]
         assert (not r["ok"] and r["error"]) or r["cause"] == "unknown", (job, r)
+    for job in ("junk_brace", "junk_html"):
+        assert not rows[job]["ok"] and "binary data" in rows[job]["error"], rows[job]
     assert result.failed                                           # some jobs are failed rows, the scan finished
 
 

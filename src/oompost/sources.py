@@ -116,6 +116,8 @@ def sniff(path: str | os.PathLike[str]) -> Sniff:
     if head[:2] == b"PK":
         return Sniff(InputKind.UNKNOWN, "zip archive (torch.save?): oompost reads pickles written by "
                      "torch.cuda.memory._dump_snapshot or pickle.dump(torch.cuda.memory._snapshot())")
+    if _looks_binary(head):          # before the text sniffs: junk may open with "{" or "<html" by chance
+        return Sniff(InputKind.UNKNOWN, "binary data, not a log, snapshot pickle or JSON config")
     stripped = head.lstrip()
     if stripped[:1] == b"{":
         return _sniff_json(path)
@@ -125,8 +127,6 @@ def sniff(path: str | os.PathLike[str]) -> Sniff:
         return Sniff(InputKind.UNKNOWN, "HTML page")
     if head.startswith(b"<!-- oompost report"):
         return Sniff(OUTPUT_KIND, "oompost Markdown report")
-    if _looks_binary(head):
-        return Sniff(InputKind.UNKNOWN, "binary data, not a log, snapshot pickle or JSON config")
     if any(m in head for m in _DS_MARKERS):
         return Sniff(InputKind.DEEPSPEED_LOG)
     if any(m in head for m in _NCCL_MARKERS):
