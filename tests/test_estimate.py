@@ -128,6 +128,14 @@ def test_spec_from_param_count(count, expected: str) -> None:
     assert spec.family == "llama" and spec.gated_mlp
 
 
+def test_a_count_too_small_for_a_language_model_has_no_stand_in() -> None:
+    # a 9.5M-parameter CNN (held-out capture fragmentation_vgg_cnn_multiscale) once became a one-layer Qwen2.5-0.5B
+    # of 0.15B parameters, whose activations then drove a gradient-checkpointing rerun plan
+    with pytest.raises(ValueError, match="too few"):
+        spec_from_param_count(9_500_000)
+    assert 0.75 <= spec_from_param_count("300M").n_params / 300e6 <= 1.33
+
+
 def test_load_model_spec_errors(tmp_path) -> None:
     with pytest.raises(InputError):
         load_model_spec(str(tmp_path / "missing" / "config.json"))

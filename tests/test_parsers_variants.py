@@ -626,6 +626,31 @@ def test_turbominds_runtime_error_names_its_source_file_and_deviceMalloc_is_the_
     assert build_context(parse_text(TM_BUFFERS)).phase.phase is not Phase.MODEL_INIT
 
 
+def test_onnx_runtimes_arena_limit_and_a_jetsons_nvmap_enomem_are_gpu_allocation_failures():
+    # infiniflow/ragflow#4826 and asierarranz/Cool_Demos#4 (dev, merged in the eighteenth session): both were
+    # 'unknown' on arrival
+    corpus = Path(__file__).resolve().parent / "corpus"
+    (o,) = parse_text((corpus / "infiniflow__ragflow__4826/log.txt").read_text()).ooms
+    assert (o.message_format, o.requested_bytes, o.free_bytes) == ("onnxruntime", 5505024, 0)
+    assert o.stack.frames[0].name == "/model.23/dfl/Softmax"
+    (o,) = parse_text((corpus / "asierarranz__Cool_Demos__4/log.txt").read_text()).ooms
+    assert o.message_format == "nvmap" and o.requested_bytes is None      # 1075072515 is a tag, not a size
+    assert not parse_text("NvMapMemAllocInternalTagged: 1075072515 error 22\n").ooms     # EINVAL is not memory
+    for case in ("infiniflow__ragflow__4826", "asierarranz__Cool_Demos__4"):
+        r = oompost.analyze(corpus / case / "log.txt")
+        said = " ".join(f.key + " " + str(f.value) for f in r.primary.fixes)
+        assert r.cause != "unknown" and "gradient_checkpointing" not in said, (case, said)
+        assert r.rerun is None or not r.rerun.trainer_args
+
+
+def test_a_json_error_response_is_read_as_text(tmp_path):
+    # mudler/LocalAI#2126 (dev): the server's JSON error response carries the OOM message; it was set aside as "a
+    # JSON object that is not a DeepSpeed config" and the analysis failed with nothing usable
+    log = Path(__file__).resolve().parent / "corpus/mudler__LocalAI__2126/log.txt"
+    r = oompost.analyze(log)
+    assert r.oom is not None and r.oom.requested_bytes == 46 * 2**20
+
+
 def test_the_expandable_segment_warning_yields_to_the_exception_after_it():
     # the exception line is written here in PyTorch >= 2.2's format (no captured log holds both lines yet: the GPU
     # machine could not be had when this was written); what is tested is that a complete message wins

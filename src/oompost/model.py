@@ -42,7 +42,8 @@ LOST_FRAME = "(frame header not in the input)"
 # the runtime's key, its name the C function, op or graph node that failed, its line the log line
 # runtimes other than PyTorch whose own allocator's failure a message names (``OomEvent.message_format``): their
 # knobs are their own (classify/rules/_runtimes.py), not PyTorch's allocator settings or a trainer's arguments
-OWN_RUNTIMES = ("ggml", "tensorrt", "rmm", "xla", "tensorflow", "paddle", "mlx", "faiss", "xgboost", "catboost")
+OWN_RUNTIMES = ("ggml", "tensorrt", "rmm", "xla", "tensorflow", "paddle", "mlx", "faiss", "xgboost", "catboost",
+                "onnxruntime", "nvmap")
 # ... of them, the libraries that keep data on the GPU, not a network's activations (a vector index, a training matrix,
 # a dataframe): what fails is the data not fitting, never a step's activations
 DATA_RUNTIMES = ("rmm", "faiss", "xgboost", "catboost")

@@ -137,6 +137,10 @@ def sniff(path: str | os.PathLike[str]) -> Sniff:
     return Sniff(InputKind.TORCH_LOG, "text with no known markers in its first 64 KiB")
 
 
+# the top-level keys of an error payload (OpenAI-compatible servers, FastAPI, job runners' status files)
+_ERROR_KEYS = frozenset(("error", "errors", "detail", "exception", "traceback", "stderr"))
+
+
 def _sniff_json(path: str | os.PathLike[str]) -> Sniff:
     try:
         data = load_json(path)
@@ -156,6 +160,10 @@ def _sniff_json(path: str | os.PathLike[str]) -> Sniff:
         return Sniff(InputKind.CAPTURE_META)
     if _DS_CONFIG_KEYS & set(data):
         return Sniff(InputKind.DS_CONFIG)
+    if _ERROR_KEYS & set(data):
+        # a server's error response ({"error": {"message": "... CUDA out of memory ..."}}, FastAPI's {"detail": ...}):
+        # its strings carry the failure, so it is read as text rather than set aside
+        return Sniff(InputKind.TORCH_LOG, "a JSON error response; read as text")
     return Sniff(InputKind.UNKNOWN, "JSON object that is not a DeepSpeed config")
 
 

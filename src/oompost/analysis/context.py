@@ -79,8 +79,9 @@ class Context:
     @property
     def own_runtime(self) -> str:
         """The runtime other than PyTorch whose own allocator failed, else "": an inference runtime ("ggml":
-        llama.cpp, llama-cpp-python, ollama; "tensorrt": TensorRT / TensorRT-LLM; "rmm": RAPIDS' memory manager
-        under cuDF / cuML / XGBoost) or a training framework ("xla": JAX and TF/XLA; "tensorflow"; "paddle":
+        llama.cpp, llama-cpp-python, ollama; "tensorrt": TensorRT / TensorRT-LLM; "onnxruntime": ONNX Runtime's
+        CUDA arena; "nvmap": a Jetson's shared memory; "rmm": RAPIDS' memory manager under cuDF / cuML / XGBoost;
+        Faiss, XGBoost, CatBoost) or a training framework ("xla": JAX and TF/XLA; "tensorflow"; "paddle":
         PaddlePaddle; "mlx": Apple MLX).  Its knobs are its own (context size, layers offloaded; the builder's
         profiles; partitions and spilling; remat, preallocation, allocator flags), not PyTorch's allocator
         settings, a trainer's arguments or a ds_config."""

@@ -645,6 +645,11 @@ def spec_from_param_count(n: int | float | str) -> ModelSpec:
     layers = max(1, round((count - embed) / per_layer))
     scaled = replace(spec, layers=layers, approximate=True,
                      source=f"{best} shape with {layers} layers, standing in for {count:,} params")
+    if not 0.75 <= scaled.n_params / count <= 1.33:
+        # fewer parameters than the family's embedding table alone (a CNN, a small encoder): no language-model
+        # shape stands in for it, and activations from a borrowed shape would be fiction
+        raise ValueError(f"{count:,} parameters: too few for a language-model shape ({best}'s embedding alone "
+                         f"holds {embed:,})")
     return scaled
 
 

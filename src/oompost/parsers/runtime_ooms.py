@@ -27,7 +27,8 @@ TRIGGERS = ("failed to allocate", "unable to allocate", "OOM when allocating", "
             "OutOfMemory", "out of memory", "[malloc", "::malloc]", "Resource exhausted", "Failed to allocate resource[",
             "WinError 1455", "out_of_memory", "Maximum pool size exceeded", "Ran out of memory in memory space",
             "memory mapping failed with OOM", "ailed to cudaMalloc", "That was not possible", "StackDeviceMemory",
-            "TOutOfMemoryError", "Memory allocation error on worker", "rror 2", "rror = 2")
+            "TOutOfMemoryError", "Memory allocation error on worker", "rror 2", "rror = 2",
+            "smaller than requested bytes", "NvMapMem")
 
 # PaddlePaddle: "Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, 15.719055GB memory has
 # been allocated and available memory is only 3.625000MB."
@@ -36,8 +37,11 @@ PADDLE = re.compile(rf"Cannot allocate (?P<req>{_SZ}) memory on GPU (?P<dev>\d+)
 # PaddlePaddle 1.x: "paddle.fluid.core.EnforceNotMet: enforce allocating <= available failed, 7433255387 > 366608128"
 PADDLE_ENFORCE = re.compile(r"enforce allocating <= available failed, (?P<req>\d+) > (?P<free>\d+)")
 # ONNX Runtime's arena: "BFCArena::AllocateRawInternal(size_t, bool) Failed to allocate memory for requested buffer of
-# size 8388608000", inside "Non-zero status code returned while running FusedMatMul node. Name:'MatMul_92_...'"
-ORT_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (?P<req>\d+)")
+# size 8388608000" inside "Non-zero status code returned while running FusedMatMul node. Name:'MatMul_92_...'"
+# size 8388608000"; the arena at its configured limit (``gpu_mem_limit``, unlimited by default): "BFCArena::
+# AllocateRawInternal(...) Available memory of 0 is smaller than requested bytes of 5505024"
+ORT_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (?P<req>\d+)|"
+                       r"Available memory of (?P<avail>\d+) is smaller than requested bytes of (?P<req2>\d+)")
 ORT_NODE = re.compile(r"while running (?P<op>\w+) node\. Name:\s*'(?P<name>[^']+)'")
 # OpenCV's allocator: "cv2.error: OpenCV(4.6.0) /io/opencv/modules/core/src/alloc.cpp:73: error: (-4:Insufficient
 # memory) Failed to allocate 4672512 bytes in function 'OutOfMemoryError'" (host memory, unless a cv::cuda path)
@@ -106,6 +110,10 @@ CATBOOST_OOM = re.compile(r"TOutOfMemoryError\).*?Out of memory(?:\. Requested (
 # on worker 0: std::bad_alloc: cudaErrorMemoryAllocation: out of memory" (its "- Free memory: N" and "- Requested
 # memory: N" follow on their own lines); through RMM it is RAPIDS' own message (RMM_OOM)
 XGBOOST_OOM = re.compile(r"Memory allocation error on worker \d+: std::bad_alloc")
+# Jetson's NvMap (memory the CPU and the integrated GPU share) refusing an allocation with ENOMEM:
+# "NvMapMemAllocInternalTagged: 1075072515 error 12" (the number is NvMap's allocation tag, not a size), older
+# "NvMapMemHandleAlloc: error 12"
+NVMAP_ENOMEM = re.compile(r"NvMapMem\w*:(?: \d+)? error 12\b")
 # the TPU runtime reserving a compiled program's memory (torch_xla, older TF/JAX on TPU): "Resource exhausted: From
 # /job:tpu_worker/...:" then "Attempting to reserve 3.95G at the bottom of memory. That was not possible. There are
 # 1.92G free, 0B reserved, and 1.92G reservable."
@@ -212,9 +220,9 @@ def _xla_size(s: str | None) -> int | None:
 def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, stack: Stack) -> OomEvent | None:
     """PaddlePaddle, ONNX Runtime, a device allocator's free/total figures (XLA, vLLM's cumem), OpenCV, Apple
     MLX (an exhausted pool, a buffer over Metal's maximum), Ascend's CANN, RAPIDS' RMM, CatBoost's and XGBoost's GPU
-    allocators, PyTorch's expandable-segment mapping warning, Faiss, the TPU runtime's reservation, Windows' paging
-    file, XLA's compile-time overflow, TurboMind's runtime error, a CUDA extension's bare error code 2 and XLA's
-    RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
+    allocators, PyTorch's expandable-segment mapping warning, Faiss, the TPU runtime's reservation, Jetson's NvMap,
+    Windows' paging file, XLA's compile-time overflow, TurboMind's runtime error, a CUDA extension's bare error code
+    2 and XLA's RESOURCE_EXHAUSTED, tried in that order; None when the line is none of them."""
     if m := PADDLE_ENFORCE.search(text):
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")), free_bytes=int(m.group("free")),
                         exception=exc, message_format="paddle", stack=stack, truncated=True)
@@ -222,7 +230,9 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
         node = ORT_NODE.search(text)
         if node is not None:
             stack = Stack((Frame("onnxruntime", at.line or 0, node.group("name"), node.group("op")),))
-        return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")), exception=exc,
+        avail = m.group("avail")
+        return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req") or m.group("req2")),
+                        free_bytes=int(avail) if avail is not None else None, exception=exc,
                         message_format="onnxruntime", stack=stack, truncated=True)
     if m := PADDLE.search(text):
         return OomEvent(OomKind.OTHER, at, rank, int(m.group("dev")), requested_bytes=parse_size_or_none(m.group("req")),
@@ -271,6 +281,8 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
         return OomEvent(OomKind.OTHER, at, rank, requested_bytes=_xla_size(m.group("req")),
                         free_bytes=_xla_size(m.group("free")), exception=exc or "RuntimeError", message_format="xla",
                         stack=stack, truncated=True)
+    if "NvMapMem" in text and NVMAP_ENOMEM.search(text):
+        return OomEvent(OomKind.OTHER, at, rank, exception=exc, message_format="nvmap", stack=stack, truncated=True)
     if WIN_PAGEFILE.search(text):
         return OomEvent(OomKind.HOST, at, rank, exception=exc or "OSError", message_format="windows_pagefile",
                         stack=stack, truncated=True)

@@ -4,10 +4,11 @@ A JAX/XLA, TensorFlow, PaddlePaddle or MLX program that runs out of device memor
 as a PyTorch one (the request against what is left, the phase, the steps), but the remedies a PyTorch run gets
 do nothing there: ``PYTORCH_CUDA_ALLOC_CONF``, ``torch.cuda.empty_cache()``, the HF Trainer's
 ``--gradient_checkpointing`` or a ``ds_config`` are not its settings.  The inference runtimes (llama.cpp,
-TensorRT, RAPIDS) have one list whatever the cause, since their knobs size everything at once; the training
-frameworks have one per cause.  Sources: JAX's "GPU memory allocation" page (preallocation of 75 %,
-``XLA_PYTHON_CLIENT_PREALLOCATE``, ``XLA_PYTHON_CLIENT_MEM_FRACTION``), TensorFlow's GPU guide and its own OOM
-hint (``TF_GPU_ALLOCATOR=cuda_malloc_async``), PaddlePaddle's memory flags (``FLAGS_allocator_strategy``).
+TensorRT, ONNX Runtime, RAPIDS, Jetson's shared NvMap memory) have one list whatever the cause, since their
+knobs size everything at once; the training frameworks have one per cause.  Sources: JAX's "GPU memory
+allocation" page (preallocation of 75 %, ``XLA_PYTHON_CLIENT_PREALLOCATE``, ``XLA_PYTHON_CLIENT_MEM_FRACTION``),
+TensorFlow's GPU guide and its own OOM hint (``TF_GPU_ALLOCATOR=cuda_malloc_async``), PaddlePaddle's memory
+flags (``FLAGS_allocator_strategy``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,24 @@ TENSORRT_FIXES = (Fix("code", "the engine's profiles", "lower trtllm-build --max
                       "caps the scratch memory tactics may use while the engine is built"),
                   Fix("code", "quantized weights", "build from an int8 / fp8 / int4 checkpoint",
                       "the builder holds the weights on the GPU while it builds"))
+# ONNX Runtime's CUDA execution provider: a BFC arena per session, sized by its provider options
+ONNXRUNTIME_FIXES = (Fix("code", "CUDAExecutionProvider gpu_mem_limit", "raise it, or leave it unset (unlimited)",
+                         "\"Available memory of N is smaller than requested bytes\" is the arena at this limit, "
+                         "not the card"),
+                     Fix("code", "CUDAExecutionProvider arena_extend_strategy", "kSameAsRequested",
+                         "the default kNextPowerOfTwo grows the arena in doubling chunks that overshoot the card"),
+                     Fix("code", "inputs per run", "fewer images / smaller inputs per session.run",
+                         "intermediate tensors grow with the batch and the input size"),
+                     Fix("code", "sessions per GPU", "one InferenceSession per model and GPU, shared",
+                         "every session keeps its own arena"))
+# Jetson (NvMap: memory the CPU and the integrated GPU share): what else holds the board's RAM is what matters
+NVMAP_FIXES = (Fix("code", "models on the GPU", "keep only the largest model on the GPU; run the small ones on the "
+                   "CPU", "every model's weights and workspaces come out of the same shared RAM"),
+               Fix("code", "precision", "fp16 / int8 (a TensorRT engine) instead of fp32",
+                   "halves or quarters the weights and activations"),
+               Fix("env", "the desktop", "sudo systemctl isolate multi-user.target (no GUI) and close other "
+                   "programs", "the graphical session holds hundreds of MB of the shared RAM"),
+               Fix("code", "batch / input size", "lower it", "intermediate buffers grow with the input"))
 # RAPIDS (cuDF, cuML, XGBoost on Dask-CUDA): the data's footprint per GPU, not a model's
 RMM_FIXES = (Fix("code", "more GPUs or partitions", "a Dask-CUDA cluster over more GPUs / more npartitions",
                  "each worker holds its share of the data plus the algorithm's working copies"),
@@ -161,7 +180,8 @@ CATBOOST_FIXES = (Fix("code", "gpu_ram_part", "lower it (default 0.95) if someth
 _TABLES: dict[str, tuple[Fix, ...] | dict[Cause, tuple[Fix, ...]]] = {
     "ggml": GGML_FIXES, "tensorrt": TENSORRT_FIXES, "rmm": RMM_FIXES,
     "xla": XLA_FIXES, "tensorflow": TENSORFLOW_FIXES, "paddle": PADDLE_FIXES, "mlx": MLX_FIXES,
-    "faiss": FAISS_FIXES, "xgboost": XGBOOST_FIXES, "catboost": CATBOOST_FIXES}
+    "faiss": FAISS_FIXES, "xgboost": XGBOOST_FIXES, "catboost": CATBOOST_FIXES, "onnxruntime": ONNXRUNTIME_FIXES,
+    "nvmap": NVMAP_FIXES}
 # the training frameworks: PyTorch's allocator settings are what their users get told and what does nothing
 _TRAINING = ("xla", "tensorflow", "paddle", "mlx")
 
