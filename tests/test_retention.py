@@ -178,3 +178,23 @@ def test_one_forward_s_per_layer_blocks_are_not_kept_batches(case):
     snap = next(p for p in sorted(d.iterdir()) if ".pickle" in p.name)
     r = retention(load_snapshot(str(snap)))
     assert r is None or not r.batch_sites
+
+
+def test_outputs_kept_across_generate_calls_are_dated_by_the_kv_cache():
+    # leak_qwen2.5_0.5b_generate_output_scores_kept_t4_16g (held-out thirty-second set; from its snapshot alone
+    # it was fragmentation 0.41 on arrival, it drove this and moved to sample_logs/): every batch's GenerateOutput
+    # is appended to a list, so 2,376 score blocks (8 x 151,936 fp32) are alive while the sequence being generated
+    # has at most 328 positions; its ring buffer holds only the last 60,000 events, so no call boundary is in it
+    job = SAMPLES / "leak_qwen2.5_0.5b_generate_output_scores_kept_t4_16g"
+    r = retention(load_snapshot(str(job / SNAP)))
+    assert r is not None and r.material and not r.sites and not r.batch_sites
+    (top,) = r.generated
+    assert (top.kept, top.block_bytes, top.per_step) == (2376, 8 * 151936 * 4, 328)
+    report = oompost.analyze([str(job / SNAP)])
+    assert report.cause == "leak" and report.primary.code == "LEAK006"
+    assert any("out.sequences.cpu()" in f.value for f in report.primary.fixes)
+    # generations that keep nothing across calls: their per-token outputs never outnumber the cache's positions
+    for name in ("activation_spike_qwen2_generate_accelerate_l4_24g", "activation_spike_kv_cache_generate_accelerate_16g"):
+        job = next(d for d in (SAMPLES / name, HELDOUT / name) if d.exists())
+        kept = retention(load_snapshot(str(job / SNAP)))
+        assert kept is None or not kept.generated, name

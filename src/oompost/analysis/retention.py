@@ -65,7 +65,7 @@ class Retention:
     """Live memory at the OOM kept from earlier steps or batches: blocks a forward allocated before the last
     optimizer step (``sites``), blocks successive batches allocated after it and kept (``batch_sites``: an
     evaluation keeping every batch's outputs), and the buffer per-batch outputs are concatenated into
-    (``concatenated``)."""
+    (``concatenated``), and per-token outputs kept from earlier ``generate()`` calls (``generated``)."""
     kept_bytes: int                           # of the sites
     kept_blocks: int
     sites: tuple[KeptSite, ...]               # largest first; () when only a concatenation buffer was found
@@ -73,6 +73,8 @@ class Retention:
     live_bytes: int                           # all live memory at the OOM, for scale
     concatenated: Concatenated | None = None
     batch_sites: tuple[KeptSite, ...] = ()    # kept batch after batch since the last optimizer step (largest first)
+    # per-token outputs of earlier generate() calls (``per_step``: the positions of the sequence being generated)
+    generated: tuple[KeptSite, ...] = ()
 
     @property
     def material(self) -> bool:
@@ -142,11 +144,12 @@ def retention(snap: Snapshot) -> Retention | None:
     live = sum(blk.size for blk in blocks)
     cat = _concatenated(blocks, block_phase, live) or _growing_buffer(snap, dev, blocks, live)
     sites, bounds, batch = _kept_sites(snap, dev, blocks, block_phase)
-    if not sites and not batch and cat is None:
+    gen = () if sites or batch else _kept_by_generations(snap, dev, blocks)
+    if not sites and not batch and not gen and cat is None:
         return None
-    every = sites + batch
+    every = sites + batch + gen
     return Retention(sum(s.kept * s.block_bytes for s in every), sum(s.kept for s in every), sites, bounds, live,
-                     cat, batch)
+                     cat, batch, gen)
 
 
 def _concatenated(blocks: list, phase, live: int) -> Concatenated | None:  # type: ignore[no-untyped-def]
@@ -267,3 +270,42 @@ def _kept_by_batches(blocks: list, alloc_at: dict, allocs: np.ndarray, bounds: l
         if gaps.min() * 8 >= step_allocs:
             out.append(KeptSite(lab, sz, len(pos), 0))
     return tuple(sorted(out, key=lambda s: (-s.kept * s.block_bytes, s.label)))
+
+
+def _kept_by_generations(snap: Snapshot, dev: int, blocks: list) -> tuple[KeptSite, ...]:  # type: ignore[no-untyped-def]
+    """Per-token outputs kept from earlier ``generate()`` calls: a generation has no optimizer step to date its
+    blocks by, but its KV cache dates it.  A cache that grows by concatenation (the HF ``DynamicCache``) allocates
+    each layer's tensor one position larger at every token, so the largest tensor the trace shows it allocate,
+    over that per-token step, bounds the positions of the sequence being generated.  A generation-phase site
+    outside the cache that holds more live blocks of one size than that (one per token at most: the scores or
+    logits ``output_scores`` keeps) holds tokens of earlier calls: outputs appended to a list with their scores
+    or logits still on the GPU.  Twice as many are asked for, since the trace's sizes are rounded and the step
+    read off them may be coarser than one position.  No growing cache in the trace (a static or paged cache):
+    nothing is dated."""
+    found = trace_until_oom(snap, dev)
+    if found is None:
+        return ()
+    trace, end, stack, allocs = found
+    size = np.asarray(trace.size[:end])[allocs]
+    st = stack[allocs]
+    cache = [i for i, fr in enumerate(trace.stacks) if any("cache_utils" in f.filename for f in fr)]
+    if not cache:
+        return ()
+    sizes = np.unique(size[np.isin(st, cache)])
+    if len(sizes) < 3:
+        return ()
+    steps = np.diff(sizes)
+    step = int(steps.min())
+    if step <= 0 or int(np.count_nonzero(steps == step)) < 2:      # no per-token growth seen
+        return ()
+    positions = int(sizes.max()) // step
+    kept: collections.Counter = collections.Counter()
+    for blk in blocks:
+        if not blk.frames or any("cache_utils" in f.filename for f in blk.frames):
+            continue
+        if block_phase(blk.frames) is Phase.GENERATION:
+            kept[(stack_label(blk.frames), blk.size)] += 1
+    return tuple(sorted((KeptSite(lab, sz, k, positions) for (lab, sz), k in kept.items()
+                         if k >= MIN_KEPT and k > 2 * positions),
+                        key=lambda x: (-x.kept * x.block_bytes, x.label)))
+

@@ -16,6 +16,7 @@ from .rules.held_elsewhere import HeldElsewhere
 from .rules.host_oom import HostOom
 from .rules.impossible_request import ImpossibleRequest
 from .rules.kept_across_batches import KeptAcrossBatches
+from .rules.kept_across_generations import KeptAcrossGenerations
 from .rules.kept_across_steps import KeptAcrossSteps
 from .rules.leak import Leak
 from .rules.nccl_error import NcclError
@@ -28,7 +29,7 @@ from .rules.trace_truncated import TraceTruncated
 from .rules.unknown import Unknown
 from .rules.zero3_without_zero_init import Zero3WithoutZeroInit
 
-CAUSE_RULES = (ConfigError(), Zero3WithoutZeroInit(), HeldElsewhere(), ImpossibleRequest(), HostOom(), NcclError(), Capacity(), Leak(), RetainedOutputs(), KeptAcrossSteps(), KeptAcrossBatches(), SummedLossGraph(), CommBuffer(),
+CAUSE_RULES = (ConfigError(), Zero3WithoutZeroInit(), HeldElsewhere(), ImpossibleRequest(), HostOom(), NcclError(), Capacity(), Leak(), RetainedOutputs(), KeptAcrossSteps(), KeptAcrossBatches(), KeptAcrossGenerations(), SummedLossGraph(), CommBuffer(),
                Fragmentation(), ActivationSpike())
 ADVICE_RULES = (OffloadParamIgnored(), CheckpointingSectionUnused(), PytorchHint(), RankSkew(), TraceTruncated())
 FALLBACK = Unknown()
