@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set() + thirty_first_set() + thirty_second_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set() + thirty_first_set() + thirty_second_set() + thirty_third_set()
 
 
 def second_set() -> list[Scenario]:
@@ -2092,3 +2092,49 @@ def thirty_second_set() -> list[Scenario]:
                               capture=False, timeout=240))],
         priority=321))
     return s
+
+
+def thirty_third_set() -> list[Scenario]:
+    """The thirty-third set (2026-12-06, eighteenth session), defined after LEAK006 (outputs kept across generate()
+    calls, dated by the KV cache) was designed on the thirty-second set's leak, to measure it on arrival: the
+    same kept-outputs leak on another architecture and card (Llama-3.2-1B, 128k vocabulary, 12 GB), and its
+    negative control, one generate() call whose own per-token scores outgrow a 16 GB card with nothing kept
+    from an earlier call.  Defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+    g = ["--model", "llama3.2-1b", "--batch_size", "8", "--prompt_tokens", "128", "--max_new_tokens", "96",
+         "--batches", "30", "--emulate_card", "rtx3060-12g"]
+    s.append(Scenario(
+        "leak_llama3.2_1b_generate_output_scores_kept_3060_12g",
+        "Offline batched generation with a Llama-3.2-1B-shaped model (bf16) on a 12 GB RTX 3060 cap: batches of 8 "
+        "prompts, model.generate(..., return_dict_in_generate=True, output_scores=True), each batch's whole "
+        "output appended to a list, so every token's scores (8 x 128,256 fp32) and each call's KV cache stay on "
+        "the GPU (~0.45 GB a batch) until the card is full. Keeping only out.sequences.cpu() completes all 30 "
+        "batches.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "memory grows by the same ~0.45 GB every batch (the kept outputs) until the OOM; keeping only the "
+                "sequences on the host completes under the same cap"},
+        Run("python", "generate_batches.py", g + ["--keep", "outputs"], gpu_gib=12.5, host_gib=8, timeout=300,
+            max_entries=60000),
+        counterfactuals=[("keep only out.sequences.cpu() (same cap)",
+                          Run("python", "generate_batches.py", g + ["--keep", "sequences"], gpu_gib=12.5,
+                              host_gib=8, capture=False, timeout=300))],
+        priority=330))
+    one = ["--model", "qwen2.5-0.5b", "--prompt_tokens", "256", "--max_new_tokens", "2048", "--batches", "1",
+           "--emulate_card", "t4"]
+    s.append(Scenario(
+        "activation_spike_qwen2.5_0.5b_generate_scores_one_call_t4_16g",
+        "One generate() call with a Qwen2.5-0.5B-shaped model (bf16) on a 16 GB T4 cap: 24 prompts of 256 tokens, "
+        "2,048 new tokens, return_dict_in_generate=True and output_scores=True, so the call itself holds every "
+        "token's scores (24 x 151,936 fp32, ~14.6 MB a token) until the card is full, about 900 tokens in; "
+        "nothing is kept from an earlier call (there is none). At 4 prompts the same call completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "a single generate() call's own per-token outputs exceed the card; at a sixth of the batch the "
+                "same call completes under the same cap"},
+        Run("python", "generate_batches.py", one + ["--batch_size", "24"], gpu_gib=15.5, host_gib=8, timeout=240,
+            max_entries=60000),
+        counterfactuals=[("4 prompts (same cap)",
+                          Run("python", "generate_batches.py", one + ["--batch_size", "4"], gpu_gib=15.5,
+                              host_gib=8, capture=False, timeout=240))],
+        priority=331))
+    return s
+
