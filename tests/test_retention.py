@@ -193,6 +193,11 @@ def test_outputs_kept_across_generate_calls_are_dated_by_the_kv_cache():
     report = oompost.analyze([str(job / SNAP)])
     assert report.cause == "leak" and report.primary.code == "LEAK006"
     assert any("out.sequences.cpu()" in f.value for f in report.primary.fixes)
+    # with the log, LEAK001 proves the growth from its memory prints and is the verdict; the snapshot's reading of
+    # what is kept still puts its fix in the ranked list (a rule proving the same cause adds its fixes)
+    both = oompost.analyze([str(job / "run.log"), str(job / SNAP)])
+    assert both.primary.code == "LEAK001"
+    assert any(x.finding.code == "LEAK006" and "out.sequences.cpu()" in str(x.fix.value) for x in both.fixes)
     # generations that keep nothing across calls: their per-token outputs never outnumber the cache's positions
     for name in ("activation_spike_qwen2_generate_accelerate_l4_24g", "activation_spike_kv_cache_generate_accelerate_16g"):
         job = next(d for d in (SAMPLES / name, HELDOUT / name) if d.exists())

@@ -83,6 +83,10 @@ def rank(ctx: Context, findings: tuple[Finding, ...], rerun: RerunPlan | None,
     sources: list[Finding] = []
     if primary is not None:
         sources.append(primary)        # the verdict owns the list, whatever its confidence
+        # another rule that proves the same cause from other evidence (a snapshot naming what a leak keeps, beside
+        # the step lines that show it growing): its fixes follow the verdict's own
+        sources += [f for f in findings[1:] if f.cause is primary.cause and f.severity is Severity.CAUSE
+                    and holds(f)]
     sources += [f for f in findings[1:] if f.severity is Severity.ADVICE and holds(f)]
 
     L = ctx.limit_bytes
