@@ -203,3 +203,30 @@ def test_outputs_kept_across_generate_calls_are_dated_by_the_kv_cache():
         job = next(d for d in (SAMPLES / name, HELDOUT / name) if d.exists())
         kept = retention(load_snapshot(str(job / SNAP)))
         assert kept is None or not kept.generated, name
+
+
+def test_a_generation_whose_growth_outruns_free_memory_is_not_fragmentation():
+    # activation_spike_qwen2.5_0.5b_generate_scores_one_call_t4_16g (held-out thirty-third set, LEAK006's negative
+    # control; fragmentation from every view on arrival, it drove this and moved to sample_logs/): one generate()
+    # call keeps its own per-token scores, so live memory grows ~21.6 MB a position over 1,140 positions, and the
+    # 818 MiB still free (796 MiB in 326 holes, the largest 42 MiB, against a 44 MiB request) would last ~38 more
+    from oompost.analysis.context import build_context
+    from oompost.analysis.generation import generation_growth
+    from oompost.analysis.snapshot_metrics import oom_device
+    from oompost.classify.base import Cause
+    from oompost.classify.constraints import impossible_causes
+    from oompost.parsers import parse_paths
+
+    job = SAMPLES / "activation_spike_qwen2.5_0.5b_generate_scores_one_call_t4_16g"
+    snap = load_snapshot(str(job / SNAP))
+    g = generation_growth(snap, oom_device(snap))
+    assert g is not None and g.positions == 1140 and 20 << 20 < g.bytes_per_position < 23 << 20
+    ctx = build_context(parse_paths([str(job / SNAP)]))
+    assert Cause.FRAGMENTATION in impossible_causes(ctx)
+    assert oompost.analyze([str(job / "run.log"), str(job / SNAP)]).cause == "activation_spike"
+    # the kept-outputs leak of the same driver: its free memory lasts most of a call's positions, and the kept
+    # set, not this constraint, rules fragmentation out there
+    leak = SAMPLES / "leak_qwen2.5_0.5b_generate_output_scores_kept_t4_16g"
+    ctx = build_context(parse_paths([str(leak / SNAP)]))
+    g = ctx.generation
+    assert g is not None and 1.81 * 2**30 > 0.1 * g.positions * g.bytes_per_position

@@ -24,6 +24,7 @@ from .shared_card import other_processes_bytes
 from .steps import StepPoint, step_series
 
 if TYPE_CHECKING:  # pragma: no cover - numpy stays out of the CLI's start-up
+    from .generation import GenerationGrowth
     from .retention import Retention
     from .site_history import SiteHistory
     from .snapshot_states import SnapshotStates
@@ -56,6 +57,7 @@ class Context:
     snapshot_states: "SnapshotStates | None" = None  # weights, gradients, optimizer state live at the OOM
     snapshot_steps: int = 0                        # optimizer steps the snapshot's trace shows finished before the OOM
     site_history: "SiteHistory | None" = None      # the failing line's earlier allocations in the snapshot's trace
+    generation: "GenerationGrowth | None" = None   # a generation's positions and per-position growth (the trace)
 
     # ---- convenience for rules
     @property
@@ -399,7 +401,7 @@ def build_context(ev: Evidence) -> Context:
             snap_steps = steps_finished(snap)
         except Exception as e:  # a malformed trace must not stop the analysis
             notes.append(f"retention analysis unavailable: {type(e).__name__}: {e}")
-    hist = None
+    hist = gen = None
     if snap is not None and oom is not None and any(snap.traces):
         try:
             from .site_history import site_history
@@ -407,6 +409,14 @@ def build_context(ev: Evidence) -> Context:
             hist = site_history(snap, oom.requested_bytes)
         except Exception as e:  # a malformed trace must not stop the analysis
             notes.append(f"failing-line history unavailable: {type(e).__name__}: {e}")
+        if phase.phase is Phase.GENERATION:
+            try:
+                from .generation import generation_growth
+                from .snapshot_metrics import oom_device
+
+                gen = generation_growth(snap, oom_device(snap))
+            except Exception as e:  # a malformed trace must not stop the analysis
+                notes.append(f"generation growth unavailable: {type(e).__name__}: {e}")
     states = None
     if snap is not None:
         try:
@@ -418,4 +428,4 @@ def build_context(ev: Evidence) -> Context:
     location = (f"{loc.name} ({RUNTIME_FRAMES[loc.filename]}, log line {loc.line})" if loc and loc.filename in RUNTIME_FRAMES
                 else f"{loc.filename}:{loc.line} in {loc.name}" if loc else "")
     return Context(ev, setup, ranks, first, oom, limit, limit_source, phase, location, steps, snap, metrics, cfs,
-                   spec, ts, est, est_min, tuple(notes), kept, states, snap_steps, hist)
+                   spec, ts, est, est_min, tuple(notes), kept, states, snap_steps, hist, gen)

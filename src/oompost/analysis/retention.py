@@ -274,31 +274,18 @@ def _kept_by_batches(blocks: list, alloc_at: dict, allocs: np.ndarray, bounds: l
 
 def _kept_by_generations(snap: Snapshot, dev: int, blocks: list) -> tuple[KeptSite, ...]:  # type: ignore[no-untyped-def]
     """Per-token outputs kept from earlier ``generate()`` calls: a generation has no optimizer step to date its
-    blocks by, but its KV cache dates it.  A cache that grows by concatenation (the HF ``DynamicCache``) allocates
-    each layer's tensor one position larger at every token, so the largest tensor the trace shows it allocate,
-    over that per-token step, bounds the positions of the sequence being generated.  A generation-phase site
-    outside the cache that holds more live blocks of one size than that (one per token at most: the scores or
-    logits ``output_scores`` keeps) holds tokens of earlier calls: outputs appended to a list with their scores
-    or logits still on the GPU.  Twice as many are asked for, since the trace's sizes are rounded and the step
-    read off them may be coarser than one position.  No growing cache in the trace (a static or paged cache):
-    nothing is dated."""
-    found = trace_until_oom(snap, dev)
-    if found is None:
+    blocks by, but its KV cache dates it (``generation.generation_growth``: a cache growing by concatenation
+    bounds the positions of the sequence being generated).  A generation-phase site outside the cache that holds
+    more live blocks of one size than that (one per token at most: the scores or logits ``output_scores`` keeps)
+    holds tokens of earlier calls: outputs appended to a list with their scores or logits still on the GPU.
+    Twice as many are asked for, since the trace's sizes are rounded and the step read off them may be coarser
+    than one position.  No growing cache in the trace (a static or paged cache): nothing is dated."""
+    from .generation import generation_growth
+
+    growth = generation_growth(snap, dev)
+    if growth is None:
         return ()
-    trace, end, stack, allocs = found
-    size = np.asarray(trace.size[:end])[allocs]
-    st = stack[allocs]
-    cache = [i for i, fr in enumerate(trace.stacks) if any("cache_utils" in f.filename for f in fr)]
-    if not cache:
-        return ()
-    sizes = np.unique(size[np.isin(st, cache)])
-    if len(sizes) < 3:
-        return ()
-    steps = np.diff(sizes)
-    step = int(steps.min())
-    if step <= 0 or int(np.count_nonzero(steps == step)) < 2:      # no per-token growth seen
-        return ()
-    positions = int(sizes.max()) // step
+    positions = growth.positions
     kept: collections.Counter = collections.Counter()
     for blk in blocks:
         if not blk.frames or any("cache_utils" in f.filename for f in blk.frames):

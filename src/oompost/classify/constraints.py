@@ -8,6 +8,8 @@ batch, or live blocks kept from every earlier step (a snapshot's LEAK003), make
 a leak that DESIGN.md's order puts before fragmentation and a step's
 activations; model states that alone exceed the limit (by the memory model, or
 measured in a snapshot's live blocks) make the run's capacity the cause (DESIGN.md's order puts it before the causes of a step);
+a generation whose measured growth a position would use up all free memory within a tenth of the positions
+already generated cannot be fragmentation (its remaining demand);
 a request of a petabyte or more is no tensor at all (CFG004): its size is corrupt, so no memory cause explains it.
 """
 
@@ -22,6 +24,10 @@ from ..model import DATA_RUNTIMES
 from .base import Cause
 from .rules._common import headroom
 from .rules.impossible_request import impossible_request
+
+
+# the share of a generation's positions that all free memory must still hold for its layout to be the cause
+GENERATION_HEADROOM = 0.1
 
 
 def impossible_causes(ctx: Context) -> frozenset[Cause]:
@@ -42,6 +48,13 @@ def impossible_causes(ctx: Context) -> frozenset[Cause]:
         if h is not None and demand is not None and demand > o.reserved_unallocated_bytes + h:
             # the request is one batch's logits (or a batch far larger than the trace's earlier ones): what the
             # phase still needs exceeds all free memory, however it were laid out (DESIGN.md: remaining demand)
+            out.add(Cause.FRAGMENTATION)
+        g = ctx.generation
+        if (h is not None and g is not None and g.bytes_per_position and ctx.phase.phase is Phase.GENERATION
+                and o.reserved_unallocated_bytes + h < GENERATION_HEADROOM * g.positions * g.bytes_per_position):
+            # a generation whose live memory grows by a measured amount a position: everything still free would
+            # be gone within a tenth of the positions already generated, so the rest of the call cannot fit however
+            # it were laid out (DESIGN.md: remaining demand)
             out.add(Cause.FRAGMENTATION)
     # the steps logged up to the OOM hold allocated memory flat: nothing is kept from step to step (an
     # evaluation loop between the logged steps can still keep its outputs: not ruled out then)
