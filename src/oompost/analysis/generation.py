@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import Snapshot
-from .snapshot_metrics import _alloc_deltas, device_trace, memo, oom_index, settings_of, trace_start
+from .retention import trace_until_oom
+from .snapshot_metrics import _alloc_deltas, memo, settings_of, trace_start
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,19 +42,14 @@ def generation_growth(snap: Snapshot, device: int) -> GenerationGrowth | None:
 
 
 def _growth(snap: Snapshot, device: int) -> GenerationGrowth | None:
-    trace = device_trace(snap, device)
-    if not len(trace) or "alloc" not in trace.actions:
+    found = trace_until_oom(snap, device)
+    if found is None:
         return None
-    end = oom_index(trace)
-    end = len(trace) if end is None else end
-    action = np.asarray(trace.action[:end])
-    allocs = np.nonzero(action == trace.actions.index("alloc"))[0]
-    if not len(allocs):
-        return None
+    trace, end, stack, allocs = found
     cache = [i for i, fr in enumerate(trace.stacks) if _is_cache(fr)]
     if not cache:
         return None
-    at = allocs[np.isin(np.asarray(trace.stack[:end])[allocs], cache)]
+    at = allocs[np.isin(stack[allocs], cache)]
     sizes = np.asarray(trace.size[:end])[at].astype(np.int64)
     distinct = np.unique(sizes)
     if len(distinct) < 3:
