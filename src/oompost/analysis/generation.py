@@ -26,7 +26,8 @@ class GenerationGrowth:
     bytes_per_position: int | None  # live memory gained per position over the trace (None: it did not grow)
 
 
-def _is_cache(frames) -> bool:  # type: ignore[no-untyped-def]
+def is_kv_cache(frames) -> bool:  # type: ignore[no-untyped-def]
+    """Allocated by the HF KV cache (``transformers/cache_utils``)."""
     return any("cache_utils" in f.filename for f in frames)
 
 
@@ -46,7 +47,7 @@ def _growth(snap: Snapshot, device: int) -> GenerationGrowth | None:
     if found is None:
         return None
     trace, end, stack, allocs = found
-    cache = [i for i, fr in enumerate(trace.stacks) if _is_cache(fr)]
+    cache = [i for i, fr in enumerate(trace.stacks) if is_kv_cache(fr)]
     if not cache:
         return None
     at = allocs[np.isin(stack[allocs], cache)]

@@ -64,8 +64,8 @@ class Concatenated:
 class Retention:
     """Live memory at the OOM kept from earlier steps or batches: blocks a forward allocated before the last
     optimizer step (``sites``), blocks successive batches allocated after it and kept (``batch_sites``: an
-    evaluation keeping every batch's outputs), and the buffer per-batch outputs are concatenated into
-    (``concatenated``), and per-token outputs kept from earlier ``generate()`` calls (``generated``)."""
+    evaluation keeping every batch's outputs), the buffer per-batch outputs are concatenated into
+    (``concatenated``) and per-token outputs kept from earlier ``generate()`` calls (``generated``)."""
     kept_bytes: int                           # of the sites
     kept_blocks: int
     sites: tuple[KeptSite, ...]               # largest first; () when only a concatenation buffer was found
@@ -280,7 +280,7 @@ def _kept_by_generations(snap: Snapshot, dev: int, blocks: list) -> tuple[KeptSi
     holds tokens of earlier calls: outputs appended to a list with their scores or logits still on the GPU.
     Twice as many are asked for, since the trace's sizes are rounded and the step read off them may be coarser
     than one position.  No growing cache in the trace (a static or paged cache): nothing is dated."""
-    from .generation import generation_growth
+    from .generation import generation_growth, is_kv_cache
 
     growth = generation_growth(snap, dev)
     if growth is None:
@@ -288,11 +288,10 @@ def _kept_by_generations(snap: Snapshot, dev: int, blocks: list) -> tuple[KeptSi
     positions = growth.positions
     kept: collections.Counter = collections.Counter()
     for blk in blocks:
-        if not blk.frames or any("cache_utils" in f.filename for f in blk.frames):
+        if not blk.frames or is_kv_cache(blk.frames):
             continue
         if block_phase(blk.frames) is Phase.GENERATION:
             kept[(stack_label(blk.frames), blk.size)] += 1
     return tuple(sorted((KeptSite(lab, sz, k, positions) for (lab, sz), k in kept.items()
                          if k >= MIN_KEPT and k > 2 * positions),
                         key=lambda x: (-x.kept * x.block_bytes, x.label)))
-

@@ -37,8 +37,8 @@ PADDLE = re.compile(rf"Cannot allocate (?P<req>{_SZ}) memory on GPU (?P<dev>\d+)
 # PaddlePaddle 1.x: "paddle.fluid.core.EnforceNotMet: enforce allocating <= available failed, 7433255387 > 366608128"
 PADDLE_ENFORCE = re.compile(r"enforce allocating <= available failed, (?P<req>\d+) > (?P<free>\d+)")
 # ONNX Runtime's arena: "BFCArena::AllocateRawInternal(size_t, bool) Failed to allocate memory for requested buffer of
-# size 8388608000" inside "Non-zero status code returned while running FusedMatMul node. Name:'MatMul_92_...'"
-# size 8388608000"; the arena at its configured limit (``gpu_mem_limit``, unlimited by default): "BFCArena::
+# size 8388608000" inside "Non-zero status code returned while running FusedMatMul node. Name:'MatMul_92_...'";
+# and the arena at its configured limit (``gpu_mem_limit``, unlimited by default): "BFCArena::
 # AllocateRawInternal(...) Available memory of 0 is smaller than requested bytes of 5505024"
 ORT_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (?P<req>\d+)|"
                        r"Available memory of (?P<avail>\d+) is smaller than requested bytes of (?P<req2>\d+)")
