@@ -376,6 +376,13 @@ def blind_section(test: pd.DataFrame) -> str:
 TEST_CASES_SEEN = {
     "keras-team__keras__3476": "2026-12-05 (fifteenth session): its scoring on arrival listed it, and a shell "
                                "'Killed' glued to a Keras progress line became a kill (failure_lines.py)",
+    # 2026-12-06 (eighteenth session): a grep for TensorFlow's "failed to allocate ... from device" over the whole
+    # corpus, to count how threads with that line are labelled before writing CFG005, listed these three test
+    # cases with their labels beside the five dev ones the rule was written from
+    "ray-project__ray__13680": "2026-12-06 (eighteenth session): its label was seen in a corpus-wide grep while "
+                               "CFG005 (TensorFlow's refused pool reservation) was written",
+    "tensorflow__tensorflow__39110": "2026-12-06: seen in the same grep",
+    "Rayhane-mamah__Tacotron-2__196": "2026-12-06: seen in the same grep",
 }
 
 

@@ -643,6 +643,33 @@ def test_onnx_runtimes_arena_limit_and_a_jetsons_nvmap_enomem_are_gpu_allocation
         assert r.rerun is None or not r.rerun.trainer_args
 
 
+def test_tensorflows_refused_pool_reservation_is_a_set_up_mistake():
+    # ROCm/tensorflow-upstream#82 and horovod/horovod#1350 (dev): TensorFlow's stream executor refuses the BFC
+    # pool's first reservation and retries about 10 % smaller ("failed to allocate 7.35G (7889485824 bytes) from
+    # device: hipError_t(1002)", then 6.61G, 5.95G): the card is held by another process or rank (CFG005)
+    corpus = Path(__file__).resolve().parent / "corpus"
+    ev = parse_text((corpus / "ROCm__tensorflow-upstream__82/log.txt").read_text())
+    assert [o.requested_bytes for o in ev.ooms] == [7889485824, 7100536832, 6390482944]
+    assert {o.message_format for o in ev.ooms} == {"tensorflow"}
+    for case in ("ROCm__tensorflow-upstream__82", "horovod__horovod__1350"):
+        r = oompost.analyze(corpus / case / "log.txt")
+        assert (r.cause, r.primary.code) == ("config_error", "CFG005"), case
+        keys = [f.key for f in r.primary.fixes]
+        assert "CUDA_VISIBLE_DEVICES" in keys and "gradient_checkpointing" not in keys
+    # one refused allocation is not a retried reservation (a run with memory growth on can be refused mid-run),
+    # and a pinned host allocation ("on host:") is not a device one
+    one = "E tensorflow/stream_executor/cuda/cuda_driver.cc:903] failed to allocate 359.36M (376812288 bytes) " \
+          "from device: CUDA_ERROR_OUT_OF_MEMORY\n"
+    from oompost.analysis.context import build_context
+    from oompost.classify.rules.tf_pool_refused import TfPoolRefused
+
+    assert TfPoolRefused().evaluate(build_context(parse_text(one))) == []
+    assert TfPoolRefused().evaluate(build_context(parse_text(one + one.replace("359.36M (376812288", "323.42M ("
+                                                                                "339131059")))) != []
+    host = one.replace("from device", "on host")
+    assert not [o for o in parse_text(host).ooms if o.message_format == "tensorflow"]
+
+
 def test_a_json_error_response_is_read_as_text(tmp_path):
     # mudler/LocalAI#2126 (dev): the server's JSON error response carries the OOM message; it was set aside as "a
     # JSON object that is not a DeepSpeed config" and the analysis failed with nothing usable

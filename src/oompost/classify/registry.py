@@ -25,11 +25,12 @@ from .rules.pytorch_hint import PytorchHint
 from .rules.rank_skew import RankSkew
 from .rules.retained_outputs import RetainedOutputs
 from .rules.summed_loss_graph import SummedLossGraph
+from .rules.tf_pool_refused import TfPoolRefused
 from .rules.trace_truncated import TraceTruncated
 from .rules.unknown import Unknown
 from .rules.zero3_without_zero_init import Zero3WithoutZeroInit
 
-CAUSE_RULES = (ConfigError(), Zero3WithoutZeroInit(), HeldElsewhere(), ImpossibleRequest(), HostOom(), NcclError(), Capacity(), Leak(), RetainedOutputs(), KeptAcrossSteps(), KeptAcrossBatches(), KeptAcrossGenerations(), SummedLossGraph(), CommBuffer(),
+CAUSE_RULES = (ConfigError(), Zero3WithoutZeroInit(), HeldElsewhere(), TfPoolRefused(), ImpossibleRequest(), HostOom(), NcclError(), Capacity(), Leak(), RetainedOutputs(), KeptAcrossSteps(), KeptAcrossBatches(), KeptAcrossGenerations(), SummedLossGraph(), CommBuffer(),
                Fragmentation(), ActivationSpike())
 ADVICE_RULES = (OffloadParamIgnored(), CheckpointingSectionUnused(), PytorchHint(), RankSkew(), TraceTruncated())
 FALLBACK = Unknown()

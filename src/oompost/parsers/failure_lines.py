@@ -256,6 +256,11 @@ _ANY_OOM = re.compile(r"out of memory|OutOfMemoryError|OOM when allocating|RESOU
                       r"insufficient (?:GPU|device|CUDA) memory|"
                       # the driver API's error name (cuMemAlloc failing in KeOps, CuPy, custom kernels)
                       r"CUDA_ERROR_OUT_OF_MEMORY|"
+                      # TensorFlow's stream executor refused a device allocation (CUDA or ROCm: "failed to allocate
+                      # 7.35G (7889485824 bytes) from device: hipError_t(1002)"), HIP's names for it, and the row of
+                      # asterisks its BFC allocator prints only when it ran out ("bfc_allocator.cc:319] *****")
+                      r"failed to allocate [\d.]+[KMGT]?i?B? \(\d+ bytes\) from device|hipErrorOutOfMemory|"
+                      r"hipErrorMemoryAllocation|hipError_t\(1002\)|bfc_allocator\.cc:\d+\] \*{20,}|"
                       # a cudaMalloc failure whose pasted line is cut inside its last word (tiny-cuda-nn's "Could
                       # not allocate memory: ... cudaMalloc(&rawptr, ...) failed with error out of memor")
                       r"\b(?:cudaMalloc|cuMemAlloc)\w*\(.*\bfailed with error out of mem(?:o|or)?\s*$", re.I)
@@ -263,7 +268,7 @@ _ANY_OOM = re.compile(r"out of memory|OutOfMemoryError|OOM when allocating|RESOU
 
 _OOM_SENTINELS = ("trying to allocate", "enough GPU", "out of memory", "Out of memory", "OutOfMemory", "OOM when", "RESOURCE_EXHAUSTED", "ALLOC_FAILED",
                   "allocate memory", "No available memory", "not enough memory", "Not enough memory",
-                  "insufficient GPU", "CUDA_ERROR_OUT_OF_MEMORY",
+                  "insufficient GPU", "CUDA_ERROR_OUT_OF_MEMORY", "from device", "hipError", "bfc_allocator",
                   "insufficient device", "insufficient CUDA")
 _HOSTISH = re.compile(r"can't allocate memory|[Cc]annot allocate memory|DefaultCPUAllocator|CPU", re.I)
 

@@ -150,6 +150,9 @@ GGML_MALLOC = re.compile(r"(?P<func>\w+): allocating (?P<mib>\d+(?:\.\d+)?) MiB 
 # frame, for the phase (a gradient op is backward, an optimizer op the step, any other op the forward).
 TF_OOM = re.compile(r"OOM when allocating tensor (?:of shape \[?|with shape\s*\[?)(?P<shape>[\d,\s]*)\]?(?: and type "
                     r"(?P<dtype>\w+))?(?: on (?P<where>\S+))?(?: by allocator (?P<alloc>\w+))?")
+# TensorFlow's stream executor (CUDA or ROCm) refusing a raw device allocation for its BFC pool
+TF_DEVICE_ALLOC = re.compile(r"failed to allocate [\d.]+[KMGT]?i?B? \((?P<req>\d+) bytes\) from device: "
+                             r"(?P<err>CUDA_ERROR_OUT_OF_MEMORY|hipError_t\(\d+\)|hipError\w+)")
 TF_OP = re.compile(r"OP_REQUIRES failed at (?P<op>[\w.]+?)(?:\.cc|\.h)?:\d+")
 TF_NODE = re.compile(r"\[\[(?:\{\{)?node (?P<node>[\w/.:-]+)")
 TF_DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
@@ -205,6 +208,16 @@ def tensorflow_event(text: str, at: SourceRef, rank: int | None, exc: str) -> Oo
     return OomEvent(OomKind.HOST if host else OomKind.OTHER, at, rank, requested_bytes=req,
                     exception=exc or "ResourceExhaustedError", message_format="tensorflow",
                     stack=_frame("tensorflow", at, op.group("op"), text) if op else Stack(), truncated=True)
+
+
+def tf_device_alloc_event(text: str, at: SourceRef, rank: int | None, exc: str) -> OomEvent | None:
+    """TensorFlow's stream executor refusing a raw device allocation ("failed to allocate 2.96G (3173555200
+    bytes) from device: CUDA_ERROR_OUT_OF_MEMORY", ROCm's "...: hipError_t(1002)"): the BFC allocator reserving
+    its pool (at start-up unless memory growth is on), retried 10 % smaller each time; None when not one."""
+    if "from device" not in text or (m := TF_DEVICE_ALLOC.search(text)) is None:
+        return None
+    return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")),
+                    exception=exc or m.group("err").rstrip(":"), message_format="tensorflow", truncated=True)
 
 
 def tf_node_frame(text: str, lineno: int) -> Frame | None:

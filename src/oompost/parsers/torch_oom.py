@@ -327,7 +327,8 @@ class TorchOomParser:
         trt = runtime_ooms.tensorrt_event(text, ref(self.path, ln), rank, exc)
         if trt is not None:
             return self._tensorrt(trt, ln)
-        tf = runtime_ooms.tensorflow_event(text, ref(self.path, ln), rank, exc)
+        tf = (runtime_ooms.tensorflow_event(text, ref(self.path, ln), rank, exc)
+              or runtime_ooms.tf_device_alloc_event(text, ref(self.path, ln), rank, exc))
         if tf is not None:
             return tf
         m = LIB_ALLOC.search(text)
