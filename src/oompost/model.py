@@ -116,7 +116,8 @@ class OomEvent:
     private_pool_bytes: int | None = None
     message_format: str = ""                  # "<=2.0", "2.1", ">=2.2", "malloc_async", ...
     exception: str = ""                       # e.g. "torch.OutOfMemoryError"
-    request_scope: str = ""                   # "program": the request figure is every buffer of a compiled program
+    request_scope: str = ""                   # "program": the request figure is every buffer of a compiled program;
+    #                                           "pool": an allocator's reservation of its pool (TensorFlow's BFC)
                                               # (XLA's compile-time "Used 215.17G of 31.25G hbm"), not one allocation
     stack: Stack = field(default_factory=Stack)
     truncated: bool = False

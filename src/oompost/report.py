@@ -50,7 +50,8 @@ class OomSummary:
     phase: str = ""                       # where the failing allocation sits
     location: str = ""                    # innermost user frame, "file.py:123 in fn"
     other_processes_bytes: int | None = None
-    request_scope: str = ""               # "program": requested_bytes is a compiled program's total (XLA)
+    request_scope: str = ""               # "program": requested_bytes is a compiled program's total (XLA); "pool":
+    #                                       an allocator's reservation of its pool (TensorFlow's BFC)
 
     def to_json(self) -> dict[str, Any]:
         return {

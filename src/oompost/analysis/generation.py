@@ -16,7 +16,7 @@ import numpy as np
 
 from ..model import Snapshot
 from .retention import trace_until_oom
-from .snapshot_metrics import _alloc_deltas, memo, settings_of, trace_start
+from .snapshot_metrics import alloc_deltas, memo, settings_of, trace_start
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +65,7 @@ def _growth(snap: Snapshot, device: int) -> GenerationGrowth | None:
     first = int(at[np.argmin(sizes)])                       # the trace's smallest cache tensor
     if gained > 0:
         settings = settings_of(snap)
-        delta = _alloc_deltas(trace, settings)
-        live = trace_start(snap, device, settings).allocated_at_start + np.cumsum(delta)
+        live = trace_start(snap, device, settings).allocated_at_start + np.cumsum(alloc_deltas(snap, device, settings))
         grown = int(live[end - 1] - live[first]) if end - 1 > first else 0
         per = grown // gained if grown > 0 else None
     return GenerationGrowth(positions, gained, per)

@@ -82,6 +82,10 @@ class Retention:
         cat = self.concatenated.bytes if self.concatenated else 0
         return self.kept_bytes + cat >= MATERIAL_SHARE * self.live_bytes
 
+    def share(self, nbytes: int) -> float:
+        """``nbytes`` as a share of all live memory at the OOM (0 when none is known)."""
+        return nbytes / self.live_bytes if self.live_bytes else 0.0
+
 
 def _is_optimizer(frames: tuple) -> bool:
     return any(any(s in f.filename.replace("\\", "/") for s in _OPTIMIZER_FILES) for f in frames)

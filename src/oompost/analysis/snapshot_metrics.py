@@ -869,6 +869,17 @@ def _alloc_deltas(trace: Trace, settings: AllocatorSettings) -> np.ndarray:
     return delta
 
 
+def alloc_deltas(snap: Snapshot, device: int, settings: AllocatorSettings) -> np.ndarray:
+    """Allocated bytes gained or lost at each trace entry (``_alloc_deltas``): the ones ``trace_start``'s pass
+    left in the memo when it could, else a pass of their own, kept there until ``timeline`` takes them."""
+    key = ("alloc_deltas", device, settings)
+    cache = memo(snap)
+    delta = cache.get(key)
+    if delta is None:
+        delta = cache[key] = _alloc_deltas(device_trace(snap, device), settings)
+    return delta
+
+
 def timeline(snap: Snapshot, device: int = 0, max_points: int = 600) -> list[TimelinePoint]:
     """Allocated and reserved bytes after every trace entry, downsampled to at
     most ``max_points`` while keeping each bucket's peaks, the global peaks and
@@ -886,9 +897,8 @@ def timeline(snap: Snapshot, device: int = 0, max_points: int = 600) -> list[Tim
     n = len(trace)
     # allocated: +rounded size at alloc, −(its size) at free_requested, or at free_completed
     # when no request preceded it; reserved: the segment events
-    delta = memo(snap).pop(("alloc_deltas", device, settings), None)   # left by trace_start's pass
-    if delta is None:
-        delta = _alloc_deltas(trace, settings)
+    delta = alloc_deltas(snap, device, settings)
+    memo(snap).pop(("alloc_deltas", device, settings), None)           # the chart is their last reader
     A = np.maximum(ts.allocated_at_start + np.cumsum(delta), 0)
     Rv = np.maximum(ts.reserved_at_start + np.cumsum(_segment_signs(trace) * trace.size), 0)
     keep: set[int] = {0, n - 1, int(np.argmax(A)), int(np.argmax(Rv))}

@@ -217,7 +217,8 @@ def tf_device_alloc_event(text: str, at: SourceRef, rank: int | None, exc: str) 
     if "from device" not in text or (m := TF_DEVICE_ALLOC.search(text)) is None:
         return None
     return OomEvent(OomKind.OTHER, at, rank, requested_bytes=int(m.group("req")),
-                    exception=exc or m.group("err").rstrip(":"), message_format="tensorflow", truncated=True)
+                    exception=exc or m.group("err").rstrip(":"), message_format="tensorflow", request_scope="pool",
+                    truncated=True)
 
 
 def tf_node_frame(text: str, lineno: int) -> Frame | None:

@@ -140,10 +140,13 @@ def secondary_findings(report: "Report") -> list["Finding"]:
 
 
 def request_label(oom: "OomSummary") -> str:
-    """What the message's request figure is: the failing allocation, or (XLA's compile-time OOM, "Used 215.17G
-    of 31.25G hbm") every buffer of the compiled program together."""
+    """What the message's request figure is: the failing allocation, (XLA's compile-time OOM, "Used 215.17G
+    of 31.25G hbm") every buffer of the compiled program together, or (TensorFlow's "failed to allocate 2.96G
+    (3173555200 bytes) from device") the allocator's reservation of its pool."""
     if oom.request_scope == "program":
         return "the compiled program needs (all its buffers)"
+    if oom.request_scope == "pool":
+        return "the allocator's pool reservation refused"
     return "tried to allocate"
 
 

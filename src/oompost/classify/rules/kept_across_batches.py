@@ -36,8 +36,7 @@ class KeptAcrossBatches:
             return []
         top = r.batch_sites[0]
         site = site_label(top.label)
-        held = top.kept * top.block_bytes
-        share = held / r.live_bytes if r.live_bytes else 0.0
+        share = r.share(top.kept * top.block_bytes)
         signals = [(f"{top.kept} live blocks of {b(top.block_bytes)} from {site}, each allocated by a different "
                     "batch after the last optimizer step", 0.55)]
         if share >= MATERIAL_SHARE:

@@ -38,8 +38,7 @@ class KeptAcrossGenerations:
             return []
         top = r.generated[0]
         site = site_label(top.label)
-        held = top.kept * top.block_bytes
-        share = held / r.live_bytes if r.live_bytes else 0.0
+        share = r.share(top.kept * top.block_bytes)
         signals = [(f"{top.kept} live blocks of {b(top.block_bytes)} from {site}, more than the {top.per_step} "
                     "positions of the sequence being generated (its KV cache's size): tokens of earlier calls", 0.55)]
         if share >= MATERIAL_SHARE:

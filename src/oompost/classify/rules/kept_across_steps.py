@@ -33,7 +33,7 @@ class KeptAcrossSteps:
             return []
         top = r.sites[0]
         site = site_label(top.label)
-        share = r.kept_bytes / r.live_bytes if r.live_bytes else 0.0
+        share = r.share(r.kept_bytes)
         signals = [(f"{top.kept} live blocks of {b(top.block_bytes)} from {site} were allocated before the last "
                     f"optimizer step; one step allocates {top.per_step} there", 0.6)]
         if share >= MATERIAL_SHARE:

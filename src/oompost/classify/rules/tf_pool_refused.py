@@ -34,8 +34,7 @@ class TfPoolRefused:
     cause = Cause.CONFIG_ERROR
 
     def evaluate(self, ctx: Context) -> list[Finding]:
-        refused = [o for o in ctx.evidence.ooms if o.message_format == "tensorflow" and o.requested_bytes
-                   and "from device" in o.ref.text]
+        refused = [o for o in ctx.evidence.ooms if o.request_scope == "pool" and o.requested_bytes]
         if len(refused) < 2:
             return []
         by_rank: dict[int | None, list[int]] = {}
