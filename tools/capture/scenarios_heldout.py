@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set() + thirty_first_set() + thirty_second_set() + thirty_third_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set() + thirty_first_set() + thirty_second_set() + thirty_third_set() + thirty_fourth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -2138,3 +2138,75 @@ def thirty_third_set() -> list[Scenario]:
         priority=331))
     return s
 
+
+
+def thirty_fourth_set() -> list[Scenario]:
+    """The thirty-fourth set (2026-12-06, nineteenth session): drivers no capture used before, whose logs and
+    frames look like nothing oompost was built on.  PyTorch Lightning runs forward and backward inside
+    ``optimizer.step(closure)`` and prints its own banner, summary table and progress bar; PyTorch Geometric's
+    message passing fails in ``propagate``; JAX fails with XLA's RESOURCE_EXHAUSTED and leaves no snapshot.
+    Defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+    lt = ["--model", "gpt2-medium", "--seq_len", "1024", "--steps", "6", "--emulate_card", "rtx4080"]
+    s.append(Scenario(
+        "activation_spike_gpt2_medium_lightning_batch16_4080_16g",
+        "PyTorch Lightning fine-tune of a GPT-2-medium-shaped model (355M, fp32 weights, precision='bf16-mixed', "
+        "AdamW, eager attention) at batch 16 x 1024 tokens on a 16 GB RTX 4080: the model states (~5.7 GB) fit, "
+        "one step's activations (24 layers of 16 x 16 heads x 1024^2 attention scores, 16k tokens of fp32 logits) "
+        "do not. At batch 2 the same run completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states are a third of the card; the configured batch's activations exceed it; batch 2 "
+                "completes under the same cap"},
+        Run("python", "lightning_loop.py", lt + ["--batch_size", "16"], gpu_gib=16, host_gib=8, timeout=240),
+        counterfactuals=[("batch 2 (same cap)",
+                          Run("python", "lightning_loop.py", lt + ["--batch_size", "2"], gpu_gib=16, host_gib=8,
+                              capture=False, timeout=240))],
+        priority=340))
+    lc = ["--model", "pythia-1.4b", "--model_dtype", "float32", "--steps", "4", "--emulate_card", "v100-16g"]
+    s.append(Scenario(
+        "capacity_pythia1.4b_fp32_lightning_v100_16g",
+        "PyTorch Lightning full fine-tune of a Pythia-1.4B-shaped model (GPT-NeoX, 1.41B, fp32 weights, "
+        "precision='bf16-mixed', AdamW) at batch 4 x 512 tokens on a 16 GB V100: fp32 weights and gradients "
+        "(2 x 5.3 GiB) leave no room for AdamW's two fp32 moments at the first optimizer step. At batch 1 x 64 "
+        "tokens it fails the same way.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "weights + gradients + Adam moments of a 1.4B fp32 model (~21 GiB) exceed the 15.3 GiB card at "
+                "any batch; batch 1 x 64 fails too"},
+        Run("python", "lightning_loop.py", lc + ["--batch_size", "4", "--seq_len", "512"], gpu_gib=16,
+            host_gib=12, timeout=240),
+        counterfactuals=[("batch 1 x 64 tokens (same cap)",
+                          Run("python", "lightning_loop.py", lc + ["--batch_size", "1", "--seq_len", "64"],
+                              gpu_gib=16, host_gib=12, capture=False, timeout=240))],
+        priority=341))
+    g = ["--nodes", "200000", "--edges", "4000000", "--heads", "8", "--epochs", "4", "--emulate_card", "rtx3060-12g"]
+    s.append(Scenario(
+        "activation_spike_pyg_gat_full_batch_3060_12g",
+        "Full-batch training of a two-layer GAT (PyTorch Geometric GATConv, 8 heads x 64, ~70k parameters) on a "
+        "random graph of 200k nodes and 4M edges on a 12 GB RTX 3060: the model is tiny, but the first layer's "
+        "per-edge messages (4M edges x 8 heads x 64 fp32, ~8 GB a tensor) exceed the card in forward. Training on "
+        "four induced subgraphs of random node halves an epoch (a quarter of the edges each) completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "the model states are kilobytes; the full batch's per-edge messages exceed the card; induced "
+                "subgraph mini-batches complete under the same cap"},
+        Run("python", "pyg_loop.py", g, gpu_gib=12, host_gib=8, timeout=240),
+        counterfactuals=[("4 induced subgraphs an epoch (same cap)",
+                          Run("python", "pyg_loop.py", g + ["--parts", "4"], gpu_gib=12, host_gib=8,
+                              capture=False, timeout=240))],
+        priority=342))
+    j = ["--gpu_gib", "10.75", "--width", "4096", "--depth", "24", "--steps", "6"]
+    s.append(Scenario(
+        "activation_spike_jax_resmlp_batch65536_2080ti_11g",
+        "A jitted JAX train step (value_and_grad, SGD with momentum) over a 24-block residual MLP of width 4096 "
+        "(~400M parameters, fp32) at batch 65,536 on an 11 GB RTX 2080 Ti (XLA_PYTHON_CLIENT_MEM_FRACTION): "
+        "parameters, gradients and momentum (~5 GB) fit, the 48 saved activations of 65,536 x 4096 fp32 (1 GiB "
+        "each) do not. At batch 2,048 the same run completes. No snapshot: JAX has no PyTorch allocator.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "model states are half the card; the batch's saved activations exceed it; batch 2,048 completes "
+                "under the same fraction"},
+        Run("python", "jax_loop.py", j + ["--batch_size", "65536"], gpu_gib=12, host_gib=8, timeout=240,
+            capture=False),
+        counterfactuals=[("batch 2,048 (same fraction)",
+                          Run("python", "jax_loop.py", j + ["--batch_size", "2048"], gpu_gib=12, host_gib=8,
+                              capture=False, timeout=240))],
+        priority=343))
+    return s
