@@ -156,3 +156,15 @@ def test_a_virtualenv_under_a_torch_directory_does_not_make_every_frame_torch_s(
     assert classify_frames(only_torch, innermost_first=False).phase is Phase.LOSS
     sample = Path(__file__).parent.parent / "sample_logs" / "activation_spike_mistral7b_lora_bf16_hf_trainer_a4000_16g"
     assert build_context(parse_paths([str(sample / "run.log")])).phase.phase is Phase.FORWARD
+
+
+def test_bitsandbytes_quantizing_weights_on_their_way_to_the_gpu_is_loading():
+    # unslothai/unsloth#2504 (dev, https://github.com/unslothai/unsloth/issues/2504): an IPython traceback of a
+    # 4-bit load, innermost in bitsandbytes' quantize_4bit under Params4bit._quantize, before any batch
+    case = CORPUS / "unslothai__unsloth__2504" / "log.txt"
+    ctx = build_context(parse_paths([str(case)]))
+    assert ctx.phase.phase is Phase.MODEL_TO_DEVICE and "bitsandbytes" in ctx.phase.why
+    # a 4-bit layer's forward (dequantizing its weight) is still the forward
+    fwd = (Frame("/x/site-packages/bitsandbytes/nn/modules.py", 468, "Linear4bit.forward",
+                 "out = bnb.matmul_4bit(x, self.weight.t(), bias=bias, quant_state=self.weight.quant_state)"),)
+    assert classify_frames(fwd, innermost_first=False).phase is not Phase.MODEL_TO_DEVICE

@@ -150,6 +150,10 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     (Phase.BACKWARD, "torch/_tensor.py", r"^backward$", None, "backward"),
     (Phase.BACKWARD, None, r"^backward$", r"\.backward\(", "backward"),
     # whole-module moves and model construction
+    # bitsandbytes quantizes a 4-/8-bit layer's weights as they move to the GPU (Params4bit._quantize from
+    # .cuda()/.to(), Int8Params.cuda): loading a quantized model, before any batch (unsloth#2504, dev)
+    (Phase.MODEL_TO_DEVICE, "bitsandbytes/nn/modules", r"(?:^|\.)(?:_quantize|cuda|to)$", None,
+     "bitsandbytes quantizing the weights as they move to the GPU"),
     (Phase.MODEL_TO_DEVICE, "torch/nn/modules/module.py", r"^(?:to|cuda|_apply)$", None, "module.to / .cuda()"),
     (Phase.MODEL_INIT, "torch/nn/modules/", r"^(?:__init__|reset_parameters)$", None,
      "a module's parameters created (nn.Module __init__)"),
