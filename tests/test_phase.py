@@ -168,3 +168,26 @@ def test_bitsandbytes_quantizing_weights_on_their_way_to_the_gpu_is_loading():
     fwd = (Frame("/x/site-packages/bitsandbytes/nn/modules.py", 468, "Linear4bit.forward",
                  "out = bnb.matmul_4bit(x, self.weight.t(), bias=bias, quant_state=self.weight.quant_state)"),)
     assert classify_frames(fwd, innermost_first=False).phase is not Phase.MODEL_TO_DEVICE
+
+
+def test_a_static_kv_cache_set_up_before_generation_is_generation():
+    # Saganaki22/ComfyUI-FishAudioS2#5 (dev, https://github.com/Saganaki22/ComfyUI-FishAudioS2/issues/5): a
+    # gpt-fast-style ``setup_caches`` builds each layer's KVCache, whose constructor registers the k_cache buffer:
+    # a constructor, but of the cache sized for the longest sequence, not of the model
+    case = CORPUS / "Saganaki22__ComfyUI-FishAudioS2__5" / "log.txt"
+    ctx = build_context(parse_paths([str(case)]))
+    assert ctx.phase.phase is Phase.GENERATION and "KV cache" in ctx.phase.why
+    # an ordinary buffer registered in a constructor stays model construction
+    plain = (Frame("/srv/model.py", 40, "__init__", 'self.register_buffer("inv_freq", torch.zeros(n))'),)
+    assert classify_frames(plain, innermost_first=False, constructors=True).phase is Phase.MODEL_INIT
+
+
+def test_tensorflows_training_ops_kernel_is_the_optimizer_step():
+    # ymcui/Chinese-XLNet#38 (dev, https://github.com/ymcui/Chinese-XLNet/issues/38): "OP_REQUIRES failed at
+    # training_ops.cc:2816 : Resource exhausted: OOM when allocating tensor with shape[3072,768]" is an optimizer's
+    # apply kernel (ApplyAdam), not an op of the model
+    case = CORPUS / "ymcui__Chinese-XLNet__38" / "log.txt"
+    ctx = build_context(parse_paths([str(case)]))
+    assert ctx.phase.phase is Phase.OPTIMIZER_STEP
+    conv = (Frame("tensorflow", 1, "conv_ops", "OP_REQUIRES failed at conv_ops.cc:746"),)
+    assert classify_frames(conv, innermost_first=True).phase is Phase.FORWARD

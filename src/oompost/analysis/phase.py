@@ -110,11 +110,19 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
      "the KV-cache pool being allocated"),
     (Phase.GENERATION, None, r"^_?(?:allocate|init|initialize)_kv_cache|^_allocate_kv_cache_tensors$", None,
      "the KV-cache pool being allocated"),
+    # gpt-fast-style static caches (fish-speech, many TTS/LLM ports): ``model.setup_caches(max_batch_size,
+    # max_seq_len)`` builds a KVCache module per layer whose k_cache/v_cache buffers are sized for the longest
+    # sequence (ComfyUI-FishAudioS2#5, dev)
+    (Phase.GENERATION, None, None, r"register_buffer\(\s*[\"'](?:key|value|kv|k|v)_cache[\"']",
+     "a static KV cache's buffers being allocated"),
+    (Phase.GENERATION, None, r"^setup_caches?$", None, "a static KV cache being set up (setup_caches)"),
     (Phase.GENERATION, None, r"^generate$|_sample$|beam_search|greedy_search", None, "generation"),
     # TensorFlow: the op kernel or graph node that failed (parsers/runtime_ooms.py makes them the frames, the node
     # innermost); gradient ops are backward, optimizer ops the step, any other op is the model's forward
     (Phase.BACKWARD, "tensorflow", r"(?i)gradients?/|_grad\b|grad_|Grad|backprop", None, "a TensorFlow gradient op"),
-    (Phase.OPTIMIZER_STEP, "tensorflow", r"(?i)adam|training/|optimizer|apply_\w+", None, "a TensorFlow optimizer op"),
+    # training_ops.cc holds the optimizers' apply kernels (ApplyAdam, ResourceApplyMomentum...: Chinese-XLNet#38, dev)
+    (Phase.OPTIMIZER_STEP, "tensorflow", r"(?i)adam|training/|training_ops|optimizer|apply_\w+", None,
+     "a TensorFlow optimizer op"),
     (Phase.FORWARD, "tensorflow", r"\w", None, "a TensorFlow op of the model"),
     # ONNX Runtime: the graph node whose kernel failed (an inference graph: its ops are the forward)
     (Phase.FORWARD, "onnxruntime", r"\w", None, "an ONNX Runtime graph node"),
