@@ -328,3 +328,26 @@ def test_xla_resource_exhausted_gives_the_request_and_the_tpu_runtimes_free_figu
     assert cf and cf[0].message_format == "xla" and cf[0].requested_bytes == 7866899248
     tpu = _corpus_ooms("google__trax__431")
     assert tpu[0].requested_bytes == parse_size("31.06MiB") and tpu[0].free_bytes == parse_size("58.64MiB")
+
+
+def test_jaxs_current_message_gives_the_sized_request_and_the_compiled_program():
+    # sample_logs/activation_spike_jax_resmlp_batch65536_2080ti_11g (a real JAX 0.11.2 run): "JaxRuntimeError:
+    # RESOURCE_EXHAUSTED: Out of memory while trying to allocate 38.06GiB with allocator GPU_0_bfc on device 0.
+    # [executable_name='jit_train_step']": the size carries a unit, and the program is the innermost frame
+    from pathlib import Path
+
+    from oompost.analysis.context import build_context
+    from oompost.analysis.phase import Phase
+    from oompost.parsers import parse_paths
+
+    log = Path(__file__).parent.parent / "sample_logs" / "activation_spike_jax_resmlp_batch65536_2080ti_11g" / "run.log"
+    ev = parse_paths([str(log)])
+    xla = [o for o in ev.ooms if o.message_format == "xla"]
+    assert xla and xla[0].requested_bytes == parse_size("38.06GiB")
+    assert xla[0].stack.frames[-1].name == "jit_train_step"
+    assert build_context(ev).phase.phase is Phase.FORWARD
+    # an init program names the parameters being built (a line of the same shape, typed here)
+    init = parse_text("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
+                      "1.50GiB with allocator GPU_0_bfc on device 0. [executable_name='jit_init']", "x.log")
+    assert init.ooms[0].requested_bytes == parse_size("1.50GiB")
+    assert build_context(init).phase.phase is Phase.MODEL_INIT

@@ -191,3 +191,13 @@ def test_tensorflows_training_ops_kernel_is_the_optimizer_step():
     assert ctx.phase.phase is Phase.OPTIMIZER_STEP
     conv = (Frame("tensorflow", 1, "conv_ops", "OP_REQUIRES failed at conv_ops.cc:746"),)
     assert classify_frames(conv, innermost_first=True).phase is Phase.FORWARD
+
+
+def test_jaxs_train_state_creation_is_model_construction():
+    # Physical-Intelligence/openpi#577 (dev, https://github.com/Physical-Intelligence/openpi/issues/577): XLA's BFC
+    # allocator fails inside ``init_train_state`` (the parameters and optimizer state, before the first step)
+    case = CORPUS / "Physical-Intelligence__openpi__577" / "log.txt"
+    ctx = build_context(parse_paths([str(case)]))
+    assert ctx.phase.phase is Phase.MODEL_INIT and "train state" in ctx.phase.why
+    step = (Frame("/x/train.py", 80, "main", "state, loss = train_step(state, batch)"),)
+    assert classify_frames(step, innermost_first=False).phase is not Phase.MODEL_INIT

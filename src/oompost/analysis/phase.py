@@ -124,6 +124,13 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     (Phase.OPTIMIZER_STEP, "tensorflow", r"(?i)adam|training/|training_ops|optimizer|apply_\w+", None,
      "a TensorFlow optimizer op"),
     (Phase.FORWARD, "tensorflow", r"\w", None, "a TensorFlow op of the model"),
+    # the compiled JAX/XLA program an OOM names ([executable_name='jit_train_step']): one program holds a whole
+    # step, so its temporaries are the step's activations and gradients; an init program builds the parameters
+    (Phase.MODEL_INIT, "XLA executable", r"(?i)init|create_train_state|load", None,
+     "XLA's compiled program creating the parameters"),
+    (Phase.GENERATION, "XLA executable", r"(?i)generat|sampl|decode", None, "XLA's compiled generation program"),
+    (Phase.FORWARD, "XLA executable", r"\w", None,
+     "XLA's compiled program of the step (forward, backward and update in one program)"),
     # ONNX Runtime: the graph node whose kernel failed (an inference graph: its ops are the forward)
     (Phase.FORWARD, "onnxruntime", r"\w", None, "an ONNX Runtime graph node"),
     # TensorRT's builder holds the weights and sizes tactic workspaces on the GPU (virtualMemoryBuffer,
@@ -181,6 +188,12 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
      r"init_model|load_checkpoint|Model\(", "building / loading the model"),
     (Phase.MODEL_INIT, None, r"load_model|build_model|create_model|from_pretrained|load_checkpoint|"
      r"_load_pretrained_model|load_state_dict|model_init", None, "building / loading the model"),
+    # JAX/Flax's idiom for materialising the parameters and the optimizer state before the first step
+    # (``create_train_state``, openpi's ``init_train_state``: openpi#577, dev)
+    (Phase.MODEL_INIT, None, r"^_?(?:init|create|make)_train_state$", None,
+     "the parameters and optimizer state being created (train state)"),
+    (Phase.MODEL_INIT, None, None, r"\b_?(?:init|create|make)_train_state\(",
+     "the parameters and optimizer state being created (train state)"),
     (Phase.FORWARD, None, None, r"=\s*(?:self\.)?_?\w*(?:model|net|module|generator|unet|encoder|decoder|vae|transformer|backbone)\w*\(",
      "model call"),
     # the ops whose outputs are activations, as user and library frames name or quote them

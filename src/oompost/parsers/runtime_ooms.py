@@ -80,10 +80,15 @@ BYTES_FREE_TOTAL = re.compile(r"while trying to allocate (?P<req>\d+) bytes \(fr
 # "RESOURCE_EXHAUSTED: Attempting to allocate 31.06M. That was not possible. There are 58.64M free.", and PjRt's
 # stream executor client: "Execution of replica 0 failed: Resource exhausted: Failed to allocate request for
 # 128.00MiB (134217728B) on device ordinal 0"
-XLA_OOM = re.compile(r"(?:RESOURCE_EXHAUSTED|Resource exhausted): (?:Out of memory (?:while trying to allocate|allocating) (?P<req>\d+) bytes|"
+# JAX 0.4.3x onwards prints the size with a unit and names the compiled program: "JaxRuntimeError:
+# RESOURCE_EXHAUSTED: Out of memory while trying to allocate 38.06GiB with allocator GPU_0_bfc on device 0.
+# [executable_name='jit_train_step']" (XLA_EXECUTABLE; the program becomes the event's one frame, for the phase)
+XLA_OOM = re.compile(r"(?:RESOURCE_EXHAUSTED|Resource exhausted): (?:Out of memory (?:while trying to allocate|allocating) "
+                     r"(?:(?P<req>\d+) bytes|(?P<req4>\d+(?:\.\d+)?[KMGT]i?B)\b)|"
                      r"Attempting to allocate (?P<req2>\d+(?:\.\d+)?[KMGT]?)\. That was not possible\. "
                      r"There are (?P<free>\d+(?:\.\d+)?[KMGT]?) free|"
                      r"Failed to allocate request for [^(]*\((?P<req3>\d+)B\) on device ordinal (?P<dev>\d+))")
+XLA_EXECUTABLE = re.compile(r"\[executable_name='(?P<exe>[\w.$<>-]+)'\]")
 # XLA's compiler finding the whole program's buffers larger than the device (TPU, also GPU): "RESOURCE_EXHAUSTED:
 # XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 21.90G of 7.48G hbm. Exceeded hbm
 # capacity by 14.42G."  The request is the program's total, the capacity the memory space's size.
@@ -157,6 +162,9 @@ TF_OP = re.compile(r"OP_REQUIRES failed at (?P<op>[\w.]+?)(?:\.cc|\.h)?:\d+")
 TF_NODE = re.compile(r"\[\[(?:\{\{)?node (?P<node>[\w/.:-]+)")
 TF_DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
                   "int32": 4, "int64": 8, "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "complex64": 8}
+
+
+XLA_PROGRAM = "XLA executable"      # the frame's file for a compiled JAX/XLA program named by the OOM
 
 
 def _frame(runtime: str, at: SourceRef, name: str, text: str) -> Stack:
@@ -313,8 +321,12 @@ def other_runtime_event(text: str, at: SourceRef, rank: int | None, exc: str, st
         return OomEvent(OomKind.CUDA_ERROR, at, rank, exception=exc, message_format="CUDA error 2", stack=stack,
                         truncated=True)
     if ("RESOURCE_EXHAUSTED" in text or "Resource exhausted" in text) and (m := XLA_OOM.search(text)):
-        req = int(m.group("req") or m.group("req3") or 0) or _xla_size(m.group("req2"))
+        req = (int(m.group("req") or m.group("req3") or 0) or _xla_size(m.group("req2"))
+               or parse_size_or_none(m.group("req4")))
         dev = int(m.group("dev")) if m.group("dev") else None
+        if (x := XLA_EXECUTABLE.search(text)) is not None:
+            # the program ran inside whatever Python frame waited on it: it is the innermost frame
+            stack = Stack((*stack.frames, *_frame(XLA_PROGRAM, at, x.group("exe"), text).frames))
         return OomEvent(OomKind.OTHER, at, rank, dev, requested_bytes=req, free_bytes=_xla_size(m.group("free")),
                         exception=exc or "XlaRuntimeError", message_format="xla", stack=stack, truncated=True)
     return None
