@@ -351,3 +351,9 @@ def test_jaxs_current_message_gives_the_sized_request_and_the_compiled_program()
                       "1.50GiB with allocator GPU_0_bfc on device 0. [executable_name='jit_init']", "x.log")
     assert init.ooms[0].requested_bytes == parse_size("1.50GiB")
     assert build_context(init).phase.phase is Phase.MODEL_INIT
+    # outside a jitted init each initialiser is its own program, named after the op (typed here)
+    for exe, phase in (("jit__normal", Phase.MODEL_INIT), ("jit_zeros_like", Phase.MODEL_INIT),
+                       ("jit_update", Phase.FORWARD)):
+        one = parse_text("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
+                         f"1.00GiB with allocator GPU_0_bfc on device 0. [executable_name='{exe}']", "x.log")
+        assert build_context(one).phase.phase is phase, exe
