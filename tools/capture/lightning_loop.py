@@ -8,6 +8,12 @@ OOM's frames pass through the optimizer even when the activations are what
 ran out.
 
     python lightning_loop.py --model gpt2-medium --batch_size 16 --seq_len 1024 --steps 8
+    python lightning_loop.py --steps 2 --val_batches 40 --keep_val logits     # then trainer.validate()
+
+With ``--val_batches N`` a validation run follows ``fit`` (``trainer.validate``) whose ``validation_step``
+keeps each batch's outputs for ``on_validation_epoch_end`` the way the Lightning 2 docs show
+(``self.validation_step_outputs.append(...)``): ``--keep_val logits`` keeps the logits on the GPU, ``argmax``
+keeps ``logits.argmax(-1).cpu()``.
 
 Tokens are random; the model is built from its published config (models.py).
 Options that only stage a scenario say "scenario:" in their help.
@@ -35,6 +41,8 @@ def main() -> int:
     p.add_argument("--seq_len", type=int, default=1024)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--attn_implementation", default="eager")
+    p.add_argument("--val_batches", type=int, default=0, help="validation batches after fit (0: none)")
+    p.add_argument("--keep_val", choices=("logits", "argmax"), default="argmax")
     add_scenario_args(p)
     args = p.parse_args()
 
@@ -51,8 +59,11 @@ def main() -> int:
     vocab = cfg.vocab_size
 
     class RandomTokens(Dataset):
+        def __init__(self, n: int) -> None:
+            self.n = n
+
         def __len__(self) -> int:
-            return args.batch_size * args.steps
+            return self.n
 
         def __getitem__(self, i: int) -> torch.Tensor:
             g = torch.Generator().manual_seed(i)
@@ -62,11 +73,24 @@ def main() -> int:
         def __init__(self) -> None:
             super().__init__()
             self.model = from_config(AutoModelForCausalLM, cfg, getattr(torch, args.model_dtype))
+            self.validation_step_outputs: list = []
 
         def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
             loss = self.model(input_ids=batch, labels=batch).loss
             self.log("train_loss", loss, prog_bar=True)
             return loss
+
+        def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+            out = self.model(input_ids=batch, labels=batch)
+            logits = out.logits if args.keep_val == "logits" else out.logits.argmax(-1).cpu()
+            self.validation_step_outputs.append((logits, batch))
+            self.log("val_loss", out.loss, prog_bar=True)
+
+        def on_validation_epoch_end(self) -> None:
+            right = sum(int((p.to(b.device)[:, :-1] == b[:, 1:]).sum()) for p, b in self.validation_step_outputs)
+            total = sum(b[:, 1:].numel() for _, b in self.validation_step_outputs)
+            self.log("val_token_accuracy", right / max(total, 1))
+            self.validation_step_outputs.clear()
 
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=2e-5, weight_decay=0.01)
@@ -75,12 +99,16 @@ def main() -> int:
     n = sum(q.numel() for q in lit.parameters())
     print(f"{args.model}: {n / 1e6:.1f}M parameters ({args.model_dtype}); batch size {args.batch_size} x "
           f"{args.seq_len} tokens", flush=True)
-    loader = DataLoader(RandomTokens(), batch_size=args.batch_size, num_workers=0)
+    loader = DataLoader(RandomTokens(args.batch_size * args.steps), batch_size=args.batch_size, num_workers=0)
     trainer = pl.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_steps=args.steps,
-                         logger=False, enable_checkpointing=False, log_every_n_steps=1)
+                         logger=False, enable_checkpointing=False, log_every_n_steps=1, num_sanity_val_steps=0)
     t0 = time.time()
     trainer.fit(lit, loader)
     print(f"fit finished: {trainer.global_step} steps ({time.time() - t0:.1f}s)", flush=True)
+    if args.val_batches:
+        val = DataLoader(RandomTokens(args.batch_size * args.val_batches), batch_size=args.batch_size,
+                         num_workers=0)
+        print(trainer.validate(lit, val), flush=True)
     if args.report:
         from run_report import write_run_report
 

@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set() + thirty_first_set() + thirty_second_set() + thirty_third_set() + thirty_fourth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set() + thirty_first_set() + thirty_second_set() + thirty_third_set() + thirty_fourth_set() + thirty_fifth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -2210,4 +2210,46 @@ def thirty_fourth_set() -> list[Scenario]:
                           Run("python", "jax_loop.py", j + ["--batch_size", "2048"], gpu_gib=12, host_gib=8,
                               capture=False, timeout=240))],
         priority=343))
+    return s
+
+
+def thirty_fifth_set() -> list[Scenario]:
+    """The thirty-fifth set (2026-12-06, nineteenth session): two more of what the thirty-fourth set began.  The
+    Lightning 2 idiom of keeping every validation batch's outputs for ``on_validation_epoch_end`` (a leak when the
+    logits stay on the GPU), and a JAX model whose parameters alone outgrow the card (capacity, failing while they
+    are created, outside any jitted step).  Defined before it ran and scored as it came."""
+    s: list[Scenario] = []
+    lv = ["--model", "gpt2-medium", "--seq_len", "1024", "--batch_size", "2", "--attn_implementation", "sdpa",
+          "--steps", "2", "--val_batches", "80", "--emulate_card", "rtx4080"]
+    s.append(Scenario(
+        "leak_gpt2_medium_lightning_validation_outputs_4080_16g",
+        "PyTorch Lightning: two training steps of a GPT-2-medium-shaped model (fp32 weights, bf16-mixed, SDPA, 2 x "
+        "1024 tokens) on a 16 GB RTX 4080, then trainer.validate() over 80 batches whose validation_step appends "
+        "each batch's logits (2 x 1024 x 50,257 bf16, ~200 MB) to self.validation_step_outputs for "
+        "on_validation_epoch_end, as the Lightning 2 docs show; the list grows until the card is full. Keeping "
+        "logits.argmax(-1).cpu() instead completes.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "allocated memory grows by one batch's logits per validation batch until the OOM; keeping only the "
+                "argmax on the host completes under the same cap"},
+        Run("python", "lightning_loop.py", lv + ["--keep_val", "logits"], gpu_gib=16, host_gib=8, timeout=240,
+            max_entries=40000),
+        counterfactuals=[("keep logits.argmax(-1).cpu() (same cap)",
+                          Run("python", "lightning_loop.py", lv + ["--keep_val", "argmax"], gpu_gib=16, host_gib=8,
+                              capture=False, timeout=240))],
+        priority=350))
+    jc = ["--gpu_gib", "10.75", "--width", "16384", "--depth", "24", "--steps", "2"]
+    s.append(Scenario(
+        "capacity_jax_resmlp_width16384_2080ti_11g",
+        "The JAX residual MLP of jax_loop.py at width 16,384 and 24 blocks (~6.4B parameters, fp32: ~24 GiB of "
+        "parameters, plus as much momentum) on an 11 GB RTX 2080 Ti (XLA_PYTHON_CLIENT_MEM_FRACTION): the "
+        "parameters alone outgrow the card while jax.random.normal creates them, before any step. At batch 16 it "
+        "fails the same way.",
+        {"cause": "capacity", "sub_cause": None,
+         "why": "the parameters alone (~24 GiB) exceed the 10.75 GiB card at any batch; batch 16 fails the same way"},
+        Run("python", "jax_loop.py", jc + ["--batch_size", "4096"], gpu_gib=12, host_gib=8, timeout=240,
+            capture=False),
+        counterfactuals=[("batch 16 (same fraction)",
+                          Run("python", "jax_loop.py", jc + ["--batch_size", "16"], gpu_gib=12, host_gib=8,
+                              capture=False, timeout=240))],
+        priority=351))
     return s
