@@ -230,3 +230,25 @@ def test_a_generation_whose_growth_outruns_free_memory_is_not_fragmentation():
     ctx = build_context(parse_paths([str(leak / SNAP)]))
     g = ctx.generation
     assert g is not None and 1.81 * 2**30 > 0.1 * g.positions * g.bytes_per_position
+
+
+def test_outputs_kept_in_an_evaluation_whose_trace_holds_no_optimizer_step_are_dated_by_whole_forwards():
+    # sample_logs/leak_gpt2_medium_lightning_validation_outputs_4080_16g: trainer.validate() after fit, its
+    # validation_step appending each batch's logits (196 MiB) for on_validation_epoch_end.  The trace's ring buffer
+    # reaches back only into the validation, so no optimizer step scales the gaps; each gap between two kept
+    # logits blocks is a whole forward (GPT-2's per-layer sites run 24 times) whose own memory is gone.  On
+    # arrival it was called a logits spike in every view.
+    d = SAMPLES / "leak_gpt2_medium_lightning_validation_outputs_4080_16g"
+    r = retention(load_snapshot(str(d / SNAP)))
+    assert r is not None and r.boundaries == 0 and not r.sites and r.batch_sites
+    top = r.batch_sites[0]
+    assert top.block_bytes == 2 * 1024 * 50257 * 2 and top.kept >= 40 and "modeling_gpt2.py" in top.label
+    for view in ([str(d)], [str(d / SNAP)]):
+        rep = oompost.analyze(view)
+        assert rep.to_json()["cause"] == "leak" and rep.findings[0].code == "LEAK004"
+        assert "a whole forward pass apart" in rep.findings[0].detail
+    # one generate() call's per-token scores are a whole decode step apart too, but they are the call's own
+    # (its negative control, LEAK006's business): not kept batches
+    one = SAMPLES / "activation_spike_qwen2.5_0.5b_generate_scores_one_call_t4_16g"
+    r1 = retention(load_snapshot(str(one / SNAP)))
+    assert r1 is None or not r1.batch_sites

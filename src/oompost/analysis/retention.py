@@ -148,6 +148,8 @@ def retention(snap: Snapshot) -> Retention | None:
     live = sum(blk.size for blk in blocks)
     cat = _concatenated(blocks, block_phase, live) or _growing_buffer(snap, dev, blocks, live)
     sites, bounds, batch = _kept_sites(snap, dev, blocks, block_phase)
+    if not batch and bounds < 2:
+        batch = _kept_by_forwards(snap, dev, blocks)
     gen = () if sites or batch else _kept_by_generations(snap, dev, blocks)
     if not sites and not batch and not gen and cat is None:
         return None
@@ -274,6 +276,76 @@ def _kept_by_batches(blocks: list, alloc_at: dict, allocs: np.ndarray, bounds: l
         if gaps.min() * 8 >= step_allocs:
             out.append(KeptSite(lab, sz, len(pos), 0))
     return tuple(sorted(out, key=lambda s: (-s.kept * s.block_bytes, s.label)))
+
+
+# a whole forward pass between two kept blocks: some (site, size) of the model allocates in this many separate
+# runs in every gap (a per-layer site once a layer, so a forward of 8 or more layers; two blocks one layer apart
+# see each site in a run or two: GELU's eight temporaries of one line are one run)
+FORWARD_REPEATS = 8
+
+
+def _kept_by_forwards(snap: Snapshot, dev: int, blocks: list) -> tuple[KeptSite, ...]:  # type: ignore[no-untyped-def]
+    """``_kept_by_batches`` where the trace holds no whole training step to scale the gaps by (an inference
+    script, or a trace that only reaches back into an evaluation run after training): a forward-side site whose
+    MIN_KEPT or more live blocks of one size each lie a whole forward pass apart, with the forward's own memory
+    freed in between.  In every gap between two of them, some other (site, size) allocates in FORWARD_REPEATS or
+    more separate runs, as a model's per-layer sites do once a layer; and what the gap allocated is gone by the
+    OOM but for less than half a kept block (a batch's inputs kept beside its outputs, say).  One forward's
+    per-layer outputs fail both: a layer apart, each site runs once or twice between them, and under autograd
+    the layer's saved activations are still alive.  The site's live blocks older than the trace (a ring buffer)
+    count as kept too.  Blocks allocated inside a ``generate()`` call are left to ``_kept_by_generations``.
+    (``per_step`` is 0: the batches are not training steps.)"""
+    found = trace_until_oom(snap, dev)
+    if found is None:
+        return ()
+    trace, end, stack, allocs = found
+    addr = np.asarray(trace.addr[:end])[allocs]
+    size = np.asarray(trace.size[:end])[allocs]
+    alloc_at = dict(zip(addr.tolist(), range(len(allocs))))       # position among the allocations
+    by_site: dict[tuple[str, int], list[int]] = collections.defaultdict(list)
+    live: collections.Counter = collections.Counter()     # live blocks per site, dated by the trace or older
+    live_bytes_at = np.zeros(len(allocs) + 1, dtype=np.int64)     # live bytes by allocation position
+    for blk in blocks:
+        pos = alloc_at.get(blk.address)
+        if pos is not None:
+            live_bytes_at[pos] += blk.size
+        if not blk.frames or block_phase(blk.frames) not in _STEP_PHASES or _is_optimizer(blk.frames):
+            continue
+        if _in_generation(blk.frames):
+            continue                        # a generate() call's per-token outputs: _kept_by_generations dates them
+        key = (stack_label(blk.frames), blk.size)
+        live[key] += 1
+        if pos is not None:
+            by_site[key].append(pos)
+    live_cum = np.concatenate(([0], np.cumsum(live_bytes_at)))
+    keys = None
+    out = []
+    for (lab, sz), pos in by_site.items():
+        if len(pos) < MIN_KEPT:
+            continue
+        if keys is None:                                              # (stack, size) of every allocation
+            keys = stack[allocs].astype(np.int64) * (1 << 40) + size.astype(np.int64)
+        pos.sort()
+        if all(int(live_cum[b_] - live_cum[a + 1]) < sz // 2 and _most_runs(keys[a + 1:b_]) >= FORWARD_REPEATS
+               for a, b_ in zip(pos, pos[1:])):
+            # the site's live blocks allocated before the trace begins are older still: kept as well
+            out.append(KeptSite(lab, sz, live[(lab, sz)], 0))
+    return tuple(sorted(out, key=lambda s: (-s.kept * s.block_bytes, s.label)))
+
+
+def _in_generation(frames: tuple) -> bool:
+    """Allocated inside a ``generate()`` call (any frame of the stack is generation's), where each token's
+    forward is a whole forward pass and its scores are the call's own until it returns."""
+    return any(block_phase((fr,)) is Phase.GENERATION for fr in frames)
+
+
+def _most_runs(keys: np.ndarray) -> int:
+    """The most separate runs (maximal stretches of consecutive allocations) any one (site, size) makes in this
+    stretch of the trace."""
+    if not len(keys):
+        return 0
+    starts = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
+    return int(np.unique(starts, return_counts=True)[1].max())
 
 
 def _kept_by_generations(snap: Snapshot, dev: int, blocks: list) -> tuple[KeptSite, ...]:  # type: ignore[no-untyped-def]

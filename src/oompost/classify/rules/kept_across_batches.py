@@ -1,4 +1,5 @@
-"""LEAK004 — a snapshot shows every batch's output kept since the last optimizer step.
+"""LEAK004 — a snapshot shows every batch's output kept since the last optimizer step (or, where the trace
+holds no optimizer step, every batch's output a whole forward pass apart).
 
 **Cause**  After the last optimizer step the program ran batch after batch
 without stepping — an evaluation, a prediction loop, a metric pass — and
@@ -37,15 +38,19 @@ class KeptAcrossBatches:
         top = r.batch_sites[0]
         site = site_label(top.label)
         share = r.share(top.kept * top.block_bytes)
+        # with no optimizer step in the trace (an inference script, an evaluation after training) the batches
+        # are dated by the whole forward pass between them (retention._kept_by_forwards)
+        since = "after the last optimizer step" if r.boundaries else "a whole forward pass apart"
         signals = [(f"{top.kept} live blocks of {b(top.block_bytes)} from {site}, each allocated by a different "
-                    "batch after the last optimizer step", 0.55)]
+                    f"batch {since}", 0.55)]
         if share >= MATERIAL_SHARE:
             signals.append((f"those batches' outputs are {100 * share:.0f}% of the live memory at the OOM", 0.15))
         numbers = [("kept batch after batch", f"{top.kept} × {b(top.block_bytes)} at {site} "
                                               f"({100 * share:.0f}% of {b(r.live_bytes)} live)"),
                    ("optimizer-step boundaries in the trace", str(r.boundaries))]
         return [Finding(
-            self.code, self.cause, "Every batch's output since the last optimizer step is still alive at the OOM",
+            self.code, self.cause, "Every batch's output " + ("since the last optimizer step " if r.boundaries else "")
+            + "is still alive at the OOM",
             confidence(signals), evidence=oom_refs(ctx),
             fixes=(Fix("code", "keep reduced host copies", "logits.argmax(-1).cpu() / .detach().cpu(), or update "
                        "the metric batch by batch",
@@ -55,6 +60,6 @@ class KeptAcrossBatches:
             not_fixes=LEAK_NOT_FIXES,
             signals=tuple(signals), numbers=tuple(numbers),
             detail=(f"At the OOM, {top.kept} blocks of {b(top.block_bytes)} allocated at {site} by successive "
-                    "batches after the last optimizer step are still alive. A loop that only reads its outputs "
+                    f"batches {since} are still alive. A loop that only reads its outputs "
                     "frees each batch's before the next; these were kept, so live memory grew by one output per "
                     "batch until the limit."))]
