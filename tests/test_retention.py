@@ -252,3 +252,15 @@ def test_outputs_kept_in_an_evaluation_whose_trace_holds_no_optimizer_step_are_d
     one = SAMPLES / "activation_spike_qwen2.5_0.5b_generate_scores_one_call_t4_16g"
     r1 = retention(load_snapshot(str(one / SNAP)))
     assert r1 is None or not r1.batch_sites
+
+
+def test_the_hf_trainers_knob_is_offered_only_where_the_hf_trainer_ran():
+    # LEAK004 on a Lightning validation and on an accelerate loop: eval_accumulation_steps is the HF Trainer's
+    # argument and would do nothing there; under the HF Trainer's own evaluation loop it stays
+    for case in ("leak_gpt2_medium_lightning_validation_outputs_4080_16g", "leak_qwen2.5_0.5b_accelerate_eval_logits_l4_24g"):
+        rep = oompost.analyze([str(SAMPLES / case)])
+        keys = [f.fix.key for f in rep.fixes]
+        assert rep.findings[0].code == "LEAK004" and "keep reduced host copies" in keys, case
+        assert "eval_accumulation_steps" not in keys, case
+    hf = oompost.analyze([str(SAMPLES / "leak_qwen2.5_0.5b_trainer_eval_logits_l4_24g")])
+    assert "eval_accumulation_steps" in [f.fix.key for f in hf.fixes]

@@ -24,7 +24,7 @@ from __future__ import annotations
 from ...analysis.context import Context
 from ...analysis.retention import MATERIAL_SHARE
 from ..base import Cause, Finding, Fix, confidence
-from ._common import LEAK_NOT_FIXES, b, oom_refs, site_label
+from ._common import LEAK_NOT_FIXES, b, hf_trainer_in, oom_refs, site_label
 
 
 class KeptAcrossBatches:
@@ -54,9 +54,10 @@ class KeptAcrossBatches:
             confidence(signals), evidence=oom_refs(ctx),
             fixes=(Fix("code", "keep reduced host copies", "logits.argmax(-1).cpu() / .detach().cpu(), or update "
                        "the metric batch by batch",
-                       f"{site} leaves {b(top.block_bytes)} on the GPU for every batch"),
-                   Fix("trainer_arg", "eval_accumulation_steps", "e.g. 8 (with preprocess_logits_for_metrics)",
-                       "the HF Trainer moves accumulated predictions to the host every N evaluation batches")),
+                       f"{site} leaves {b(top.block_bytes)} on the GPU for every batch"),)
+            + ((Fix("trainer_arg", "eval_accumulation_steps", "e.g. 8 (with preprocess_logits_for_metrics)",
+                    "the HF Trainer moves accumulated predictions to the host every N evaluation batches"),)
+               if hf_trainer_in(ctx) else ()),
             not_fixes=LEAK_NOT_FIXES,
             signals=tuple(signals), numbers=tuple(numbers),
             detail=(f"At the OOM, {top.kept} blocks of {b(top.block_bytes)} allocated at {site} by successive "
