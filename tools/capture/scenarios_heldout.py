@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set() + thirty_first_set() + thirty_second_set() + thirty_third_set() + thirty_fourth_set() + thirty_fifth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set() + thirty_first_set() + thirty_second_set() + thirty_third_set() + thirty_fourth_set() + thirty_fifth_set() + thirty_sixth_set()
 
 
 def second_set() -> list[Scenario]:
@@ -2252,4 +2252,46 @@ def thirty_fifth_set() -> list[Scenario]:
                           Run("python", "jax_loop.py", jc + ["--batch_size", "16"], gpu_gib=12, host_gib=8,
                               capture=False, timeout=240))],
         priority=351))
+    return s
+
+
+def thirty_sixth_set() -> list[Scenario]:
+    """The thirty-sixth set (2026-12-06, nineteenth session), defined after LEAK004 learned to date kept outputs
+    without an optimizer step (``retention._kept_by_forwards``, designed on the thirty-fifth set's Lightning
+    validation), to measure it on arrival: a pure inference script on another architecture (a ViT image encoder,
+    no training at all) keeping every batch's features on the GPU, and its negative control, one forward whose
+    every layer's hidden states are kept (output_hidden_states=True): per-layer blocks of one site, each a layer
+    apart with the layer's own memory freed, which the rule must not call kept batches.  Defined before it ran
+    and scored as it came."""
+    s: list[Scenario] = []
+    k = ["--batches", "400", "--batch_size", "64", "--emulate_card", "rtx3060-12g"]
+    s.append(Scenario(
+        "leak_vit_b16_inference_features_kept_3060_12g",
+        "Feature extraction with a ViT-B/16 encoder (86M parameters, fp32, no_grad, no training at all) on a 12 GB "
+        "RTX 3060: 400 batches of 64 images, each batch's last_hidden_state (64 x 197 x 768 fp32, ~39 MB) appended "
+        "to a list on the GPU, until the card is full (about batch 290). Keeping .cpu() copies completes.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "memory grows by one batch's features per batch until the OOM; moving each batch's features to the "
+                "host completes under the same cap"},
+        Run("python", "inference_keep.py", k + ["--keep", "features"], gpu_gib=12, host_gib=20, timeout=240,
+            max_entries=60000),
+        counterfactuals=[("keep last_hidden_state.cpu() (same cap)",
+                          Run("python", "inference_keep.py", k + ["--keep", "cpu"], gpu_gib=12, host_gib=20,
+                              capture=False, timeout=240))],
+        priority=360))
+    h = ["--batches", "1", "--hidden_states", "--emulate_card", "rtx3060-12g"]
+    s.append(Scenario(
+        "activation_spike_vit_b16_hidden_states_batch2048_3060_12g",
+        "One no_grad forward of a ViT-B/16 encoder at batch 2,048 with output_hidden_states=True on a 12 GB RTX "
+        "3060: the model returns every layer's hidden state (13 x 2,048 x 197 x 768 fp32, ~1.2 GB each), which "
+        "outgrow the card about eight layers in. Nothing is kept from an earlier batch (there is none). At batch 512 "
+        "the same call completes.",
+        {"cause": "activation_spike", "sub_cause": None,
+         "why": "one forward's own per-layer outputs exceed the card; a quarter of the batch completes under the "
+                "same cap"},
+        Run("python", "inference_keep.py", h + ["--batch_size", "2048"], gpu_gib=12, host_gib=8, timeout=240),
+        counterfactuals=[("batch 512 (same cap)",
+                          Run("python", "inference_keep.py", h + ["--batch_size", "512"], gpu_gib=12, host_gib=8,
+                              capture=False, timeout=240))],
+        priority=361))
     return s
