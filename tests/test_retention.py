@@ -264,3 +264,20 @@ def test_the_hf_trainers_knob_is_offered_only_where_the_hf_trainer_ran():
         assert "eval_accumulation_steps" not in keys, case
     hf = oompost.analyze([str(SAMPLES / "leak_qwen2.5_0.5b_trainer_eval_logits_l4_24g")])
     assert "eval_accumulation_steps" in [f.fix.key for f in hf.fixes]
+
+
+def test_kept_outputs_of_one_tensor_size_in_two_block_sizes_are_one_kept_site():
+    # sample_logs/leak_vit_b16_inference_features_kept_3060_12g: an inference script (no training at all) keeps
+    # every batch's ViT features (64 x 197 x 768 fp32) on the GPU; the allocator shows them as blocks of 38,731,776
+    # and 38,993,920 bytes (an unsplit 256 KiB remainder), interleaved, so neither size alone had freed gaps
+    d = SAMPLES / "leak_vit_b16_inference_features_kept_3060_12g"
+    r = retention(load_snapshot(str(d / SNAP)))
+    assert r is not None and r.boundaries == 0 and r.batch_sites
+    top = r.batch_sites[0]
+    assert top.block_bytes == 64 * 197 * 768 * 4 and top.kept > 250 and "modeling_vit.py" in top.label
+    assert oompost.analyze([str(d)]).to_json()["cause"] == "leak"
+    # its negative control: one forward keeping all 13 layers' hidden states, a layer apart and each layer's
+    # own memory freed, is not a batch kept after batch
+    neg = Path(__file__).parent / "heldout_captures" / "activation_spike_vit_b16_hidden_states_batch2048_3060_12g"
+    rn = retention(load_snapshot(str(neg / SNAP)))
+    assert rn is None or not rn.batch_sites

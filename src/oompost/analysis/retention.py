@@ -293,7 +293,8 @@ def _kept_by_forwards(snap: Snapshot, dev: int, blocks: list) -> tuple[KeptSite,
     OOM but for less than half a kept block (a batch's inputs kept beside its outputs, say).  One forward's
     per-layer outputs fail both: a layer apart, each site runs once or twice between them, and under autograd
     the layer's saved activations are still alive.  The site's live blocks older than the trace (a ring buffer)
-    count as kept too.  Blocks allocated inside a ``generate()`` call are left to ``_kept_by_generations``.
+    count as kept too, and so do its blocks of the same size class (``_size_class``: one tensor size, two block
+    sizes).  Blocks allocated inside a ``generate()`` call are left to ``_kept_by_generations``.
     (``per_step`` is 0: the batches are not training steps.)"""
     found = trace_until_oom(snap, dev)
     if found is None:
@@ -304,6 +305,7 @@ def _kept_by_forwards(snap: Snapshot, dev: int, blocks: list) -> tuple[KeptSite,
     alloc_at = dict(zip(addr.tolist(), range(len(allocs))))       # position among the allocations
     by_site: dict[tuple[str, int], list[int]] = collections.defaultdict(list)
     live: collections.Counter = collections.Counter()     # live blocks per site, dated by the trace or older
+    sizes: dict[tuple[str, int], collections.Counter] = collections.defaultdict(collections.Counter)
     live_bytes_at = np.zeros(len(allocs) + 1, dtype=np.int64)     # live bytes by allocation position
     for blk in blocks:
         pos = alloc_at.get(blk.address)
@@ -313,24 +315,33 @@ def _kept_by_forwards(snap: Snapshot, dev: int, blocks: list) -> tuple[KeptSite,
             continue
         if _in_generation(blk.frames):
             continue                        # a generate() call's per-token outputs: _kept_by_generations dates them
-        key = (stack_label(blk.frames), blk.size)
+        key = (stack_label(blk.frames), _size_class(blk.size))
         live[key] += 1
+        sizes[key][blk.size] += 1
         if pos is not None:
             by_site[key].append(pos)
     live_cum = np.concatenate(([0], np.cumsum(live_bytes_at)))
     keys = None
     out = []
-    for (lab, sz), pos in by_site.items():
+    for (lab, cls), pos in by_site.items():
         if len(pos) < MIN_KEPT:
             continue
         if keys is None:                                              # (stack, size) of every allocation
             keys = stack[allocs].astype(np.int64) * (1 << 40) + size.astype(np.int64)
         pos.sort()
+        sz = sizes[(lab, cls)].most_common(1)[0][0]
         if all(int(live_cum[b_] - live_cum[a + 1]) < sz // 2 and _most_runs(keys[a + 1:b_]) >= FORWARD_REPEATS
                for a, b_ in zip(pos, pos[1:])):
             # the site's live blocks allocated before the trace begins are older still: kept as well
-            out.append(KeptSite(lab, sz, live[(lab, sz)], 0))
+            out.append(KeptSite(lab, sz, live[(lab, cls)], 0))
     return tuple(sorted(out, key=lambda s: (-s.kept * s.block_bytes, s.label)))
+
+
+def _size_class(n: int) -> int:
+    """Blocks of one tensor size differ by the unsplit remainder the allocator leaves in a large block (under
+    1 MiB: 38,731,776 and 38,993,920 bytes for one ViT batch's features): large blocks are compared by the 2 MiB
+    they round up to, small ones as they are."""
+    return -(-n // (2 << 20)) * (2 << 20) if n >= (1 << 20) else n
 
 
 def _in_generation(frames: tuple) -> bool:
