@@ -37,6 +37,9 @@ def test_a_jax_oom_gets_jax_remedies_and_asks_for_xla_evidence():
     assert any("XLA" in s for s in r.primary.settle)
     # what a PyTorch user would try is named as not worth trying
     assert any("PYTORCH_CUDA_ALLOC_CONF" in n.what for n in r.primary.not_fixes)
+    # and the not-worth-trying list speaks of this runtime: no DeepSpeed offload, no DataLoader workers
+    assert r.cause == "activation_spike"
+    assert not any("offload_param" in n.what or "DataLoader" in n.what for n in r.primary.not_fixes)
 
 
 def test_a_tensorflow_oom_gets_tensorflow_remedies():

@@ -29,7 +29,7 @@ from ..base import Cause, Finding, Fix, NotAFix, confidence
 from ._common import SPIKE_FROM_SCRATCH, b, headroom, limit_label, oom_refs
 from ._inference import (evaluation_detail, evaluation_fixes, evaluation_numbers, evaluation_signals,
                          generation_fixes, inference_not_fixes)
-from ._runtimes import runtime_fixes
+from ._runtimes import runtime_fixes, runtime_not_fixes
 
 
 def _configured_step_ran(ctx: Context) -> bool:
@@ -121,10 +121,16 @@ class ActivationSpike:
         if ev is not None and sub != "kv_cache":
             title = ("The evaluation batch's logits do not fit" if sub == "logits"
                      else "The evaluation batch does not fit")
-        not_fixes = [NotAFix("offload_param / offload_optimizer", "they move model states, not activations"),
-                     NotAFix("bf16 instead of fp16 (or back)", "both are 2 bytes per value"),
-                     NotAFix("torch.cuda.empty_cache()", "the activations are live tensors"),
-                     NotAFix("lower DataLoader num_workers / pin_memory", "they use host memory")]
+        if ctx.own_runtime:
+            # another runtime's program (JAX, TensorFlow, llama.cpp...): DeepSpeed's offload, PyTorch's cache and
+            # DataLoader are not its settings
+            not_fixes = [*runtime_not_fixes(ctx.own_runtime),
+                         NotAFix("bf16 instead of fp16 (or back)", "both are 2 bytes per value")]
+        else:
+            not_fixes = [NotAFix("offload_param / offload_optimizer", "they move model states, not activations"),
+                         NotAFix("bf16 instead of fp16 (or back)", "both are 2 bytes per value"),
+                         NotAFix("torch.cuda.empty_cache()", "the activations are live tensors"),
+                         NotAFix("lower DataLoader num_workers / pin_memory", "they use host memory")]
         not_fixes += inference_not_fixes(ev, gen)
         return [Finding(
             self.code, self.cause, title,
