@@ -164,3 +164,14 @@ def test_vllms_own_environment_variable_in_its_hint_names_the_serving_engine() -
     assert facts["cue.serving"].ref.line == 2
     # a variable that merely ends in the letters is not vLLM's
     assert "cue.serving" not in {f.name for f in parse_text("export MY_VLLM_X=1\n").facts}
+
+
+def test_a_plain_loops_own_batch_counter_is_progress():
+    # sample_logs/leak_vit_b16_inference_features_kept_3060_12g prints "batch 280/400 (16.7s)"; plain scripts
+    # also write "Batch [12/313]" and "batch 5 of 40" (the last two typed here)
+    from oompost.parsers.cues import progress_of
+
+    assert progress_of("batch 280/400 (16.7s)") == (280, 0)
+    assert progress_of("Batch [12/313] loss 0.41") == (12, 0)
+    assert progress_of("batch 5 of 40") == (5, 0)
+    assert progress_of("batch_size 64") == (0, 0) and progress_of("batch 64") == (0, 0)

@@ -29,10 +29,10 @@ CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
                                  r"\[ONNXRuntimeError\].*Exception during initialization")),
     # training progress: tqdm bars, HF Trainer log dicts, "Epoch 3", "step 120"
     "training_progress": (("it/s]", "s/it]", "'loss':", "\"loss\":", "Epoch", "epoch", "iteration", "Iteration",
-                           "global_step", "train_loss"),
+                           "global_step", "train_loss", "atch"),
                           re.compile(r"\d+/\d+ \[[\d:<]+.*(?:it/s|s/it)\]|['\"]loss['\"]:\s*[\d.]|"
                                      r"\b[Ee]poch\s*[:\[]?\s*\d|\b[Ii]teration\s*[:\[]?\s*\d|global_step|"
-                                     r"train_loss")),
+                                     r"train_loss|\b[Bb]atch(?:es)?\s*[:#\[]?\s*\d+\s*(?:/|of)\s*\d+")),
     # evaluation / validation loops (where retained graphs and metric lists leak)
     # (and the loops' frames: "in validation_step", "in prediction_loop", "in _run_eval")
     "evaluation": (("eval", "Eval", "valid", "Valid", "predict", "test_step"),
@@ -163,7 +163,9 @@ def _shape_num(m: "re.Match[str]") -> str:
 
 # How far training had got: tqdm's "312/1000 [", "Epoch 3", "step 1200", "iter: 450", "[Iteration 77]".
 _PROGRESS = re.compile(r"(?P<bar>\d+)/\d+ \[[\d:]|\b[Ee]poch\s*[:\[]?\s*(?P<epoch>\d+)|"
-                       r"\b(?:[Ss]tep|[Ii]ter(?:ation)?|global_step)\s*[:=\[]?\s*(?P<step>\d+)")
+                       r"\b(?:[Ss]tep|[Ii]ter(?:ation)?|global_step)\s*[:=\[]?\s*(?P<step>\d+)|"
+                       # a plain loop's own counter: "batch 280/400", "Batch [12/313]", "batch 5 of 40"
+                       r"\b[Bb]atch(?:es)?\s*[:#\[]?\s*(?P<batch>\d+)\s*(?:/|of)\s*\d+")
 
 
 @memo_by_text
@@ -174,7 +176,7 @@ def progress_of(text: str) -> tuple[int, int]:
         if m.group("epoch") is not None:
             epochs = max(epochs, int(m.group("epoch")))
         else:
-            steps = max(steps, int(m.group("bar") or m.group("step")))
+            steps = max(steps, int(m.group("bar") or m.group("step") or m.group("batch")))
     return steps, epochs
 
 
