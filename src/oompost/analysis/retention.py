@@ -27,6 +27,7 @@ successive allocations grow by the same step (``x = torch.cat((x, out))``).
 from __future__ import annotations
 
 import collections
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,6 +88,7 @@ class Retention:
         return nbytes / self.live_bytes if self.live_bytes else 0.0
 
 
+@functools.lru_cache(maxsize=65536)
 def _is_optimizer(frames: tuple) -> bool:
     return any(any(s in f.filename.replace("\\", "/") for s in _OPTIMIZER_FILES) for f in frames)
 
@@ -282,6 +284,7 @@ def _kept_by_batches(blocks: list, alloc_at: dict, allocs: np.ndarray, bounds: l
 # runs in every gap (a per-layer site once a layer, so a forward of 8 or more layers; two blocks one layer apart
 # see each site in a run or two: GELU's eight temporaries of one line are one run)
 FORWARD_REPEATS = 8
+_GAPS_READ = 16                               # gaps whose runs are counted (evenly spread, first and last included)
 
 
 def _kept_by_forwards(snap: Snapshot, dev: int, blocks: list) -> tuple[KeptSite, ...]:  # type: ignore[no-untyped-def]
@@ -330,8 +333,12 @@ def _kept_by_forwards(snap: Snapshot, dev: int, blocks: list) -> tuple[KeptSite,
             keys = stack[allocs].astype(np.int64) * (1 << 40) + size.astype(np.int64)
         pos.sort()
         sz = sizes[(lab, cls)].most_common(1)[0][0]
-        if all(int(live_cum[b_] - live_cum[a + 1]) < sz // 2 and _most_runs(keys[a + 1:b_]) >= FORWARD_REPEATS
-               for a, b_ in zip(pos, pos[1:])):
+        gaps = list(zip(pos, pos[1:]))
+        if any(int(live_cum[b_] - live_cum[a + 1]) >= sz // 2 for a, b_ in gaps):
+            continue                                                  # the gaps' own memory is still alive
+        if len(gaps) > _GAPS_READ:                                    # the runs are costlier: read a spread of gaps
+            gaps = [gaps[i] for i in np.linspace(0, len(gaps) - 1, _GAPS_READ).round().astype(int)]
+        if all(_most_runs(keys[a + 1:b_]) >= FORWARD_REPEATS for a, b_ in gaps):
             # the site's live blocks allocated before the trace begins are older still: kept as well
             out.append(KeptSite(lab, sz, live[(lab, cls)], 0))
     return tuple(sorted(out, key=lambda s: (-s.kept * s.block_bytes, s.label)))
@@ -344,6 +351,7 @@ def _size_class(n: int) -> int:
     return -(-n // (2 << 20)) * (2 << 20) if n >= (1 << 20) else n
 
 
+@functools.lru_cache(maxsize=65536)
 def _in_generation(frames: tuple) -> bool:
     """Allocated inside a ``generate()`` call (any frame of the stack is generation's), where each token's
     forward is a whole forward pass and its scores are the call's own until it returns."""
