@@ -6,10 +6,12 @@ batch, each batch's output appended to a list for later use.
     python inference_keep.py --batches 400 --batch_size 64 --keep features     # every batch's features on the GPU
     python inference_keep.py --batches 400 --batch_size 64 --keep cpu          # ... moved to the host
     python inference_keep.py --batches 1 --batch_size 2048 --hidden_states     # one batch, every layer's output
+    python inference_keep.py --arch resnet50 --batches 600 --keep features     # a CNN backbone's feature maps
 
 ``--hidden_states`` asks the model for every layer's hidden states
 (``output_hidden_states=True``), as probing scripts do, and keeps them.  Images
-are random; the model is built from ViT-Base/16's published config.  Options
+are random; the model is built from ViT-Base/16's published config, or (``--arch resnet50``) is torchvision's
+ResNet-50 without its pooling and classifier, as feature-extraction scripts cut it.  Options
 that only stage a scenario say "scenario:" in their help.
 """
 
@@ -34,6 +36,7 @@ def main() -> int:
     p.add_argument("--image_size", type=int, default=224)
     p.add_argument("--keep", choices=("features", "cpu", "none"), default="features")
     p.add_argument("--hidden_states", action="store_true")
+    p.add_argument("--arch", choices=("vit-b16", "resnet50"), default="vit-b16")
     add_scenario_args(p)
     args = p.parse_args()
 
@@ -42,24 +45,36 @@ def main() -> int:
 
     allowed = start_scenario(args)
     torch.manual_seed(0)
-    cfg = ViTConfig(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                    image_size=args.image_size, patch_size=16)
-    model = ViTModel(cfg, add_pooling_layer=False).cuda().eval()
+    if args.arch == "resnet50":
+        import torchvision
+
+        net = torchvision.models.resnet50(weights=None)
+        model = torch.nn.Sequential(*list(net.children())[:-2]).cuda().eval()
+        name = "ResNet-50 backbone"
+    else:
+        cfg = ViTConfig(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                        image_size=args.image_size, patch_size=16)
+        model = ViTModel(cfg, add_pooling_layer=False).cuda().eval()
+        name = "ViT-B/16 encoder"
     n = sum(q.numel() for q in model.parameters())
-    print(f"ViT-B/16 encoder: {n / 1e6:.1f}M parameters; {args.batches} batches of {args.batch_size} images "
+    print(f"{name}: {n / 1e6:.1f}M parameters; {args.batches} batches of {args.batch_size} images "
           f"{args.image_size}x{args.image_size}", flush=True)
     kept: list = []
     t0 = time.time()
     with torch.no_grad():
         for i in range(1, args.batches + 1):
             pixels = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device="cuda")
-            out = model(pixel_values=pixels, output_hidden_states=args.hidden_states)
+            if args.arch == "resnet50":
+                feats = model(pixels)
+            else:
+                out = model(pixel_values=pixels, output_hidden_states=args.hidden_states)
+                feats = out.last_hidden_state
             if args.hidden_states:
                 kept.append(out.hidden_states)
             elif args.keep == "features":
-                kept.append(out.last_hidden_state)
+                kept.append(feats)
             elif args.keep == "cpu":
-                kept.append(out.last_hidden_state.cpu())
+                kept.append(feats.cpu())
             if i % 20 == 0 or i == args.batches:
                 print(f"batch {i}/{args.batches} ({time.time() - t0:.1f}s)", flush=True)
     print(f"extracted {len(kept)} batches", flush=True)

@@ -185,7 +185,7 @@ def heldout_scenarios() -> list[Scenario]:
                           Run("bash", "cgroup_run.sh", opt + ["--init_device", "cuda"], gpu_gib=24, host_gib=6,
                               capture=False, timeout=200))],
         priority=7))
-    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set() + thirty_first_set() + thirty_second_set() + thirty_third_set() + thirty_fourth_set() + thirty_fifth_set() + thirty_sixth_set()
+    return s + second_set() + third_set() + fourth_set() + fifth_set() + sixth_set() + seventh_set() + eighth_set() + ninth_set() + tenth_set() + eleventh_set() + twelfth_set() + thirteenth_set() + fourteenth_set() + fifteenth_set() + sixteenth_set() + seventeenth_set() + eighteenth_set() + nineteenth_set() + twentieth_set() + twenty_first_set() + twenty_second_set() + twenty_third_set() + twenty_fourth_set() + twenty_fifth_set() + twenty_sixth_set() + twenty_seventh_set() + twenty_eighth_set() + twenty_ninth_set() + thirtieth_set() + thirty_first_set() + thirty_second_set() + thirty_third_set() + thirty_fourth_set() + thirty_fifth_set() + thirty_sixth_set() + thirty_seventh_set()
 
 
 def second_set() -> list[Scenario]:
@@ -2295,3 +2295,26 @@ def thirty_sixth_set() -> list[Scenario]:
                               capture=False, timeout=240))],
         priority=361))
     return s
+
+
+def thirty_seventh_set() -> list[Scenario]:
+    """The thirty-seventh set (2026-12-06, nineteenth session): LEAK004 without an optimizer step once more on
+    arrival, after ``_size_class`` (one tensor size, two block sizes) was written from the thirty-sixth set's ViT:
+    a CNN backbone this time, whose per-layer sites differ in size from stage to stage.  Defined before it ran and
+    scored as it came."""
+    k = ["--arch", "resnet50", "--batches", "600", "--batch_size", "64", "--emulate_card", "rtx4070"]
+    return [Scenario(
+        "leak_resnet50_inference_feature_maps_kept_4070_12g",
+        "Feature extraction with torchvision's ResNet-50 cut before its pooling (23.5M parameters, fp32, no_grad, "
+        "no training) on a 12 GB RTX 4070: 600 batches of 64 images, each batch's 2048 x 7 x 7 feature maps "
+        "(~25.7 MB) appended to a list on the GPU until the card is full (about batch 420). Keeping .cpu() copies "
+        "completes.",
+        {"cause": "leak", "sub_cause": None,
+         "why": "memory grows by one batch's feature maps per batch until the OOM; moving each batch's features to "
+                "the host completes under the same cap"},
+        Run("python", "inference_keep.py", k + ["--keep", "features"], gpu_gib=12, host_gib=24, timeout=240,
+            max_entries=60000),
+        counterfactuals=[("keep feature maps .cpu() (same cap)",
+                          Run("python", "inference_keep.py", k + ["--keep", "cpu"], gpu_gib=12, host_gib=24,
+                              capture=False, timeout=240))],
+        priority=370)]
