@@ -38,6 +38,8 @@ class SourceRef:
 
 # the name of a frame whose header ("File ..., line N, in f") the input lost: only its source line is known
 LOST_FRAME = "(frame header not in the input)"
+# the filename of the frame a JAX/XLA OOM's "[executable_name='jit_train_step']" becomes: the compiled program
+XLA_PROGRAM = "XLA executable"
 # frames another runtime's OOM names instead of a Python traceback (parsers/runtime_ooms.py): the frame's filename is
 # the runtime's key, its name the C function, op or graph node that failed, its line the log line
 # runtimes other than PyTorch whose own allocator's failure a message names (``OomEvent.message_format``): their

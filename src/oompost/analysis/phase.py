@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from ..model import LOST_FRAME, Frame
+from ..model import LOST_FRAME, XLA_PROGRAM, Frame
 
 
 class Phase(str, Enum):
@@ -126,16 +126,16 @@ _MARKERS: tuple[tuple[Phase, str | None, str | None, str | None, str], ...] = (
     (Phase.FORWARD, "tensorflow", r"\w", None, "a TensorFlow op of the model"),
     # the compiled JAX/XLA program an OOM names ([executable_name='jit_train_step']): one program holds a whole
     # step, so its temporaries are the step's activations and gradients; an init program builds the parameters
-    (Phase.MODEL_INIT, "XLA executable", r"(?i)init|create_train_state|load", None,
+    (Phase.MODEL_INIT, XLA_PROGRAM, r"(?i)init|create_train_state|load", None,
      "XLA's compiled program creating the parameters"),
     # outside a jitted init, each array JAX creates is its own small program named after the op
     # (jax.random.normal -> 'jit__normal', jnp.zeros_like -> 'jit_zeros_like'): parameters and optimizer state
-    (Phase.MODEL_INIT, "XLA executable", r"(?i)^(?:jit|pmap)_+(?:normal|uniform|truncated_normal|"
+    (Phase.MODEL_INIT, XLA_PROGRAM, r"(?i)^(?:jit|pmap)_+(?:normal|uniform|truncated_normal|"
      r"(?:random_)?(?:bits|split|fold_in)|zeros(?:_like)?|ones(?:_like)?|full(?:_like)?|empty|iota|"
      r"orthogonal|glorot\w*|lecun\w*|he_\w*|xavier\w*|variance_scaling\w*)$", None,
      "XLA creating an array (parameter or optimizer-state initialisation)"),
-    (Phase.GENERATION, "XLA executable", r"(?i)generat|sampl|decode", None, "XLA's compiled generation program"),
-    (Phase.FORWARD, "XLA executable", r"\w", None,
+    (Phase.GENERATION, XLA_PROGRAM, r"(?i)generat|sampl|decode", None, "XLA's compiled generation program"),
+    (Phase.FORWARD, XLA_PROGRAM, r"\w", None,
      "XLA's compiled program of the step (forward, backward and update in one program)"),
     # ONNX Runtime: the graph node whose kernel failed (an inference graph: its ops are the forward)
     (Phase.FORWARD, "onnxruntime", r"\w", None, "an ONNX Runtime graph node"),

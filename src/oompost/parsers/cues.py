@@ -29,7 +29,7 @@ CUES: dict[str, tuple[tuple[str, ...], re.Pattern[str]]] = {
                                  r"\[ONNXRuntimeError\].*Exception during initialization")),
     # training progress: tqdm bars, HF Trainer log dicts, "Epoch 3", "step 120"
     "training_progress": (("it/s]", "s/it]", "'loss':", "\"loss\":", "Epoch", "epoch", "iteration", "Iteration",
-                           "global_step", "train_loss", "atch"),
+                           "global_step", "train_loss", "batch", "Batch"),
                           re.compile(r"\d+/\d+ \[[\d:<]+.*(?:it/s|s/it)\]|['\"]loss['\"]:\s*[\d.]|"
                                      r"\b[Ee]poch\s*[:\[]?\s*\d|\b[Ii]teration\s*[:\[]?\s*\d|global_step|"
                                      r"train_loss|\b[Bb]atch(?:es)?\s*[:#\[]?\s*\d+\s*(?:/|of)\s*\d+")),

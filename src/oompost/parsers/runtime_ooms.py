@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from ..model import Frame, OomEvent, OomKind, SourceRef, Stack
+from ..model import XLA_PROGRAM, Frame, OomEvent, OomKind, SourceRef, Stack
 from ..units import parse_size_or_none
 
 _SZ = r"\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]iB|[KMGTP]B|B)"
@@ -162,9 +162,6 @@ TF_OP = re.compile(r"OP_REQUIRES failed at (?P<op>[\w.]+?)(?:\.cc|\.h)?:\d+")
 TF_NODE = re.compile(r"\[\[(?:\{\{)?node (?P<node>[\w/.:-]+)")
 TF_DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
                   "int32": 4, "int64": 8, "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "complex64": 8}
-
-
-XLA_PROGRAM = "XLA executable"      # the frame's file for a compiled JAX/XLA program named by the OOM
 
 
 def _frame(runtime: str, at: SourceRef, name: str, text: str) -> Stack:
