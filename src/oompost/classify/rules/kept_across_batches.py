@@ -7,7 +7,11 @@ each batch left a tensor of the same size from the same line alive: the
 batch's logits or outputs appended to a list on the GPU (``all_logits.append(
 accelerator.gather_for_metrics(outputs.logits))``, ``preds.append(out)``).
 The live set grows by one output per batch until the limit, however small
-the batch — DESIGN.md's leak, within one loop instead of across steps.  The
+the batch — DESIGN.md's leak, within one loop instead of across steps.  An
+inference script (no training at all), or an evaluation whose trace no longer
+reaches back to a training step, has no optimizer step to date by: there
+each block must lie a whole forward pass from the next (the model's
+per-layer sites run again in between) with that forward's own memory gone.  The
 blocks lie a batch apart in the allocator's trace, which is what tells them
 from one forward's per-layer activations (same line, same size, but a layer
 apart).
