@@ -140,3 +140,16 @@ def test_a_data_library_rules_out_an_activation_spike_only():
     assert Cause.ACTIVATION_SPIKE in out and Cause.CAPACITY not in out
     torch_line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 5.42 GiB.\n"
     assert Cause.ACTIVATION_SPIKE not in impossible_causes(build_context(parse_text(torch_line)))
+
+
+def test_an_inference_runtimes_oom_gets_no_training_memory_estimate():
+    # ggml-org/llama.cpp#9352 (dev): llama.cpp's compute buffer; the log names a model size, which the training
+    # memory model used to price as a PyTorch fine-tune (weights, AdamW, activations) — nothing llama.cpp holds
+    r = _report("ggml-org__llama.cpp__9352")
+    assert r.oom is not None and r.oom.message_format == "ggml"
+    assert r.to_json()["estimate"] is None
+    assert any("memory model skipped" in w for w in r.to_json()["warnings"])
+    # a JAX/XLA training run keeps it: its model states are priced like PyTorch's (erfanzar/EasyDeL#78, dev, a
+    # 1.1B model whose states overflow a TPU core: capacity, which the estimate helps prove)
+    jax = _report("erfanzar__EasyDeL__78")
+    assert jax.cause == "capacity"

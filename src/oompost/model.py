@@ -46,6 +46,8 @@ XLA_PROGRAM = "XLA executable"
 # knobs are their own (classify/rules/_runtimes.py), not PyTorch's allocator settings or a trainer's arguments
 OWN_RUNTIMES = ("ggml", "tensorrt", "rmm", "xla", "tensorflow", "paddle", "mlx", "faiss", "xgboost", "catboost",
                 "onnxruntime", "nvmap")
+# ... of them, the training frameworks: a step with optimizer state and activations, priced like PyTorch's
+TRAINING_RUNTIMES = ("xla", "tensorflow", "paddle", "mlx")
 # ... of them, the libraries that keep data on the GPU, not a network's activations (a vector index, a training matrix,
 # a dataframe): what fails is the data not fitting, never a step's activations
 DATA_RUNTIMES = ("rmm", "faiss", "xgboost", "catboost")
@@ -53,7 +55,7 @@ DATA_RUNTIMES = ("rmm", "faiss", "xgboost", "catboost")
 # parallelism, the KV-cache share), never a trainer's
 SERVING_FORMATS = ("turbomind",)
 RUNTIME_FRAMES = {"ggml": "llama.cpp", "tensorflow": "TensorFlow", "onnxruntime": "ONNX Runtime",
-                  "tensorrt": "TensorRT"}
+                  "tensorrt": "TensorRT", XLA_PROGRAM: "XLA's compiled program"}
 
 
 @dataclass(frozen=True, slots=True)

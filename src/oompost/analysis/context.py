@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..estimate.memory import Estimate, TrainSetup, estimate
 from ..estimate.models import ModelSpec, spec_from_param_count
-from ..model import OWN_RUNTIMES, RUNTIME_FRAMES, SERVING_FORMATS, Evidence, Failure, Fact, Frame, OomEvent, Snapshot
+from ..model import OWN_RUNTIMES, RUNTIME_FRAMES, SERVING_FORMATS, TRAINING_RUNTIMES, Evidence, Failure, Fact, Frame, OomEvent, Snapshot
 from .phase import Phase, PhaseMatch, classify_frames, user_location
 from .ranks import RankRow, first_failing_rank, rank_table
 from .setup import RunSetup, build_setup
@@ -306,6 +306,10 @@ def iterations_before_oom(ev: Evidence, oom: OomEvent | None) -> Fact | None:
     return f if f.ref.line < oom.ref.line else None
 
 
+# the runtimes among OWN_RUNTIMES that run no training step
+_NOT_TRAINING_RUNTIMES = frozenset(OWN_RUNTIMES) - frozenset(TRAINING_RUNTIMES)
+
+
 def build_context(ev: Evidence) -> Context:
     from .snapshot_metrics import oom_metrics
 
@@ -373,6 +377,12 @@ def build_context(ev: Evidence) -> Context:
         # FSDP shards weights, gradients and optimizer state (1/N each, in the run's own dtypes): the memory model
         # prices plain PyTorch and DeepSpeed only, and a full replica per GPU would call any FSDP run capacity
         notes.append("memory model skipped: the run shards its model states with FSDP, which it does not model")
+    elif spec is not None and oom is not None and oom.message_format in _NOT_TRAINING_RUNTIMES:
+        # llama.cpp, TensorRT, ONNX Runtime, RAPIDS...: an inference or data runtime holds no optimizer state and
+        # no autograd activations, so the training memory model says nothing about it (a JAX or TensorFlow
+        # training run's model states are priced the same way as PyTorch's, and stay)
+        notes.append(f"memory model skipped: the OOM is {oom.message_format}'s allocator, an inference or data "
+                     "runtime it does not model")
     elif spec is not None:
         try:
             ts = make_train_setup(setup)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...model import DATA_RUNTIMES
+from ...model import DATA_RUNTIMES, TRAINING_RUNTIMES
 from ..base import Cause, Fix, NotAFix
 from ._common import LARGER_CARD
 
@@ -183,7 +183,7 @@ _TABLES: dict[str, tuple[Fix, ...] | dict[Cause, tuple[Fix, ...]]] = {
     "faiss": FAISS_FIXES, "xgboost": XGBOOST_FIXES, "catboost": CATBOOST_FIXES, "onnxruntime": ONNXRUNTIME_FIXES,
     "nvmap": NVMAP_FIXES}
 # the training frameworks: PyTorch's allocator settings are what their users get told and what does nothing
-_TRAINING = ("xla", "tensorflow", "paddle", "mlx")
+_TRAINING = TRAINING_RUNTIMES
 
 
 def runtime_fixes(runtime: str, cause: Cause) -> tuple[Fix, ...]:
