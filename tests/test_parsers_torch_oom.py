@@ -357,3 +357,16 @@ def test_jaxs_current_message_gives_the_sized_request_and_the_compiled_program()
         one = parse_text("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
                          f"1.00GiB with allocator GPU_0_bfc on device 0. [executable_name='{exe}']", "x.log")
         assert build_context(one).phase.phase is phase, exe
+
+
+def test_an_older_rmm_cuda_resources_allocation_failure_is_rmms():
+    # NVIDIA/cudf#6126 (dev): "MemoryError: std::bad_alloc: CUDA error at: ../include/rmm/mr/device/
+    # cuda_memory_resource.hpp:68: cudaErrorMemoryAllocation out of memory" is RAPIDS' memory manager running out
+    # (a dataframe too large for the card), not a network's activations
+    ooms = _corpus_ooms("NVIDIA__cudf__6126")
+    assert ooms and ooms[0].message_format == "rmm"
+    import oompost
+    from pathlib import Path
+
+    r = oompost.analyze([str(Path(__file__).parent / "corpus" / "NVIDIA__cudf__6126" / "log.txt")])
+    assert r.cause == "capacity"

@@ -59,7 +59,10 @@ ASCEND_DEVICE_MEMORY = re.compile(r"Failed to allocate resource\[DeviceMemory\] 
 # RAPIDS' RMM (cuDF, cuML, XGBoost's GPU paths, Dask-CUDA): "Memory allocation error on worker 0: std::bad_alloc:
 # out_of_memory: CUDA error at: /opt/conda/include/rmm/mr/device/cuda_memory_resource.hpp", and its pool's
 # "RMM failure at: ... pool_memory_resource.hpp:193: Maximum pool size exceeded" (device memory)
-RMM_OOM = re.compile(r"std::bad_alloc: out_of_memory|rmm::out_of_memory|RMM failure at:.*Maximum pool size exceeded")
+# (older RMM: "MemoryError: std::bad_alloc: CUDA error at: ../include/rmm/mr/device/cuda_memory_resource.hpp:68:
+# cudaErrorMemoryAllocation out of memory", cudf#6126)
+RMM_OOM = re.compile(r"std::bad_alloc: out_of_memory|rmm::out_of_memory|RMM failure at:.*Maximum pool size exceeded|"
+                     r"rmm/mr/device/\w+\.hpp:\d+: cudaErrorMemoryAllocation")
 # Windows' commit limit reached (RAM plus the paging file), often while torch loads its CUDA DLLs in every
 # DataLoader worker: "OSError: [WinError 1455] The paging file is too small for this operation to complete."
 # (localised text after the code): host memory
