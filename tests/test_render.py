@@ -713,3 +713,19 @@ def test_an_xla_compile_time_oom_names_its_figure_for_what_it_is():
     labels = [k for k, _ in oom_numbers(r.oom)]
     assert "the compiled program needs (all its buffers)" in labels and "tried to allocate" not in labels
     assert "tried to allocate" in [k for k, _ in oom_numbers(fragmentation_report().oom)]
+
+
+def test_an_estimate_against_the_memory_models_default_device_does_not_say_it_fits():
+    # sample_logs/activation_spike_jax_resmlp_batch65536_2080ti_11g: XLA's message gives no card, cap or capacity,
+    # so the memory model compared against its default 80 GiB; "fits" would be a default printed as a fact
+    from pathlib import Path
+
+    import oompost
+
+    root = Path(__file__).parent.parent / "sample_logs"
+    est = oompost.analyze([str(root / "activation_spike_jax_resmlp_batch65536_2080ti_11g")]).to_json()["estimate"]
+    assert est["fits"] is None and est["device_assumed"] is True
+    assert any("no device size given" in a for a in est["assumptions"])
+    # with the card known the verdict on fitting stands
+    known = oompost.analyze([str(root / "capacity_zero2_offload_7b_3090")]).to_json()["estimate"]
+    assert known["fits"] is False and "device_assumed" not in known

@@ -337,8 +337,14 @@ def _estimate(ctx: Context) -> dict[str, Any] | None:
     if ctx.estimate is None:
         return None
     e = ctx.estimate.to_json()
-    return {k: e[k] for k in ("fits", "predicted_peak_bytes", "startup_peak_bytes", "device_bytes", "host_bytes",
-                              "breakdown", "assumptions") if k in e}
+    out = {k: e[k] for k in ("fits", "predicted_peak_bytes", "startup_peak_bytes", "device_bytes", "host_bytes",
+                             "breakdown", "assumptions") if k in e}
+    if ctx.limit_bytes is None:
+        # no card, cap or capacity in the inputs: the memory model compared against its default device, which is
+        # not a fact about this run, so whether it "fits" is not known (the default stays in the assumptions)
+        out["fits"] = None
+        out["device_assumed"] = True
+    return out
 
 
 def _facts(ctx: Context) -> tuple[tuple[str, str], ...]:

@@ -494,7 +494,9 @@ def _context(report: "Report") -> dict[str, Any]:
         "est_assumptions": [str(a) for a in est.get("assumptions", [])] if est else [],
         "est_headline": [(label, est.get(key)) for label, key in (
             ("predicted peak", "predicted_peak_bytes"), ("start-up peak", "startup_peak_bytes"),
-            ("device", "device_bytes"), ("host RAM", "host_bytes")) if est and isinstance(est.get(key), int)],
+            ("device (assumed: the inputs give no size)" if est and est.get("device_assumed") else "device",
+             "device_bytes"),
+            ("host RAM", "host_bytes")) if est and isinstance(est.get(key), int)],
         "css": Markup(asset_source("report.css")), "js": Markup(asset_source("report.js")),
         "data": report_data(report),
         "conf_pct": _pct(report.confidence * 100),
