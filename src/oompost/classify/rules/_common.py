@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...analysis.context import Context
+from ...analysis.retention import MATERIAL_SHARE, Retention
 from ...model import Frame, SourceRef
 from ...units import fmt_bytes
 from ..base import Fix, NotAFix
@@ -119,4 +120,16 @@ def hf_trainer_in(ctx: Context) -> bool:
     if m is not None and getattr(m, "oom", None) is not None:
         frames += list(m.oom.frames)
     return any("transformers/trainer" in fr.filename.replace("\\", "/") for fr in frames)
+
+
+def kept_signals(r: Retention, nbytes: int, what: str) -> list[tuple[str, float]]:
+    """The signal a kept set adds when it is a material share of live memory (``retention.MATERIAL_SHARE``): "{what}
+    are N% of the live memory at the OOM"; none when it is not."""
+    share = r.share(nbytes)
+    return [(f"{what} {100 * share:.0f}% of the live memory at the OOM", 0.15)] if share >= MATERIAL_SHARE else []
+
+
+def of_live(r: Retention, nbytes: int) -> str:
+    """"(N% of X live)": a kept set against all live memory at the OOM, for a finding's figures."""
+    return f"({100 * r.share(nbytes):.0f}% of {b(r.live_bytes)} live)"
 

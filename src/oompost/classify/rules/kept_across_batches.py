@@ -26,9 +26,8 @@ the OOM.
 from __future__ import annotations
 
 from ...analysis.context import Context
-from ...analysis.retention import MATERIAL_SHARE
 from ..base import Cause, Finding, Fix, confidence
-from ._common import LEAK_NOT_FIXES, b, hf_trainer_in, oom_refs, site_label
+from ._common import LEAK_NOT_FIXES, b, hf_trainer_in, kept_signals, of_live, oom_refs, site_label
 
 
 class KeptAcrossBatches:
@@ -41,16 +40,14 @@ class KeptAcrossBatches:
             return []
         top = r.batch_sites[0]
         site = site_label(top.label)
-        share = r.share(top.kept * top.block_bytes)
+        kept = top.kept * top.block_bytes
         # with no optimizer step in the trace (an inference script, an evaluation after training) the batches
         # are dated by the whole forward pass between them (retention._kept_by_forwards)
         since = "after the last optimizer step" if r.boundaries else "a whole forward pass apart"
         signals = [(f"{top.kept} live blocks of {b(top.block_bytes)} from {site}, each allocated by a different "
                     f"batch {since}", 0.55)]
-        if share >= MATERIAL_SHARE:
-            signals.append((f"those batches' outputs are {100 * share:.0f}% of the live memory at the OOM", 0.15))
-        numbers = [("kept batch after batch", f"{top.kept} × {b(top.block_bytes)} at {site} "
-                                              f"({100 * share:.0f}% of {b(r.live_bytes)} live)"),
+        signals += kept_signals(r, kept, "those batches' outputs are")
+        numbers = [("kept batch after batch", f"{top.kept} × {b(top.block_bytes)} at {site} {of_live(r, kept)}"),
                    ("optimizer-step boundaries in the trace", str(r.boundaries))]
         return [Finding(
             self.code, self.cause, "Every batch's output " + ("since the last optimizer step " if r.boundaries else "")

@@ -23,9 +23,8 @@ larger card only delays the OOM.
 from __future__ import annotations
 
 from ...analysis.context import Context
-from ...analysis.retention import MATERIAL_SHARE
 from ..base import Cause, Finding, Fix, confidence
-from ._common import LEAK_NOT_FIXES, b, oom_refs, site_label
+from ._common import LEAK_NOT_FIXES, b, kept_signals, of_live, oom_refs, site_label
 
 
 class KeptAcrossGenerations:
@@ -38,13 +37,11 @@ class KeptAcrossGenerations:
             return []
         top = r.generated[0]
         site = site_label(top.label)
-        share = r.share(top.kept * top.block_bytes)
+        kept = top.kept * top.block_bytes
         signals = [(f"{top.kept} live blocks of {b(top.block_bytes)} from {site}, more than the {top.per_step} "
                     "positions of the sequence being generated (its KV cache's size): tokens of earlier calls", 0.55)]
-        if share >= MATERIAL_SHARE:
-            signals.append((f"those outputs are {100 * share:.0f}% of the live memory at the OOM", 0.15))
-        numbers = [("kept per-token outputs", f"{top.kept} × {b(top.block_bytes)} at {site} "
-                                              f"({100 * share:.0f}% of {b(r.live_bytes)} live)"),
+        signals += kept_signals(r, kept, "those outputs are")
+        numbers = [("kept per-token outputs", f"{top.kept} × {b(top.block_bytes)} at {site} {of_live(r, kept)}"),
                    ("positions of the current sequence (KV cache)", f"at most {top.per_step}")]
         return [Finding(
             self.code, self.cause, "Outputs of earlier generate() calls are still on the GPU",

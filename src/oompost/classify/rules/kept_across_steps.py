@@ -18,9 +18,8 @@ a larger card only delays the OOM; ``empty_cache()`` cannot free live tensors.
 from __future__ import annotations
 
 from ...analysis.context import Context
-from ...analysis.retention import MATERIAL_SHARE
 from ..base import Cause, Finding, Fix, confidence
-from ._common import LEAK_NOT_FIXES, NO_GRAD_FIX, b, oom_refs, site_label
+from ._common import LEAK_NOT_FIXES, NO_GRAD_FIX, b, kept_signals, of_live, oom_refs, site_label
 
 
 class KeptAcrossSteps:
@@ -33,13 +32,10 @@ class KeptAcrossSteps:
             return []
         top = r.sites[0]
         site = site_label(top.label)
-        share = r.share(r.kept_bytes)
         signals = [(f"{top.kept} live blocks of {b(top.block_bytes)} from {site} were allocated before the last "
                     f"optimizer step; one step allocates {top.per_step} there", 0.6)]
-        if share >= MATERIAL_SHARE:
-            signals.append((f"memory kept from earlier steps is {100 * share:.0f}% of the live memory at the OOM", 0.15))
-        numbers = [("kept from earlier steps", f"{b(r.kept_bytes)} in {r.kept_blocks} blocks "
-                                               f"({100 * share:.0f}% of {b(r.live_bytes)} live)"),
+        signals += kept_signals(r, r.kept_bytes, "memory kept from earlier steps is")
+        numbers = [("kept from earlier steps", f"{b(r.kept_bytes)} in {r.kept_blocks} blocks {of_live(r, r.kept_bytes)}"),
                    ("largest kept site", f"{top.kept} × {b(top.block_bytes)} at {site}"),
                    ("one step allocates there", str(top.per_step)),
                    ("optimizer-step boundaries in the trace", str(r.boundaries))]
