@@ -136,6 +136,16 @@ class Context:
         return self.keeping_loop is not None
 
     @property
+    def under_hf_trainer(self) -> bool:
+        """The failing allocation ran under the HF Trainer (a frame of transformers' trainer in the OOM's
+        traceback or in the snapshot's OOM stack): its own knobs (eval_accumulation_steps...) apply there only."""
+        frames = list(self.oom.stack.frames) if self.oom is not None else []
+        m = self.snapshot_metrics
+        if m is not None and getattr(m, "oom", None) is not None:
+            frames += list(m.oom.frames)
+        return any("transformers/trainer" in fr.filename.replace("\\", "/") for fr in frames)
+
+    @property
     def adapters_apply(self) -> bool:
         """Adapters (LoRA) are a remedy for this run: it may fine-tune a pretrained transformer or diffusion model.
         False only on positive evidence of a network trained from scratch (a CNN, a GAN, a detector: the failing

@@ -112,16 +112,6 @@ def site_label(label: str) -> str:
     return label
 
 
-def hf_trainer_in(ctx: Context) -> bool:
-    """The failing allocation ran under the HF Trainer (a frame of transformers' trainer in the OOM's traceback or
-    in the snapshot's OOM stack): its own knobs (eval_accumulation_steps...) apply; elsewhere they are noise."""
-    frames = list(ctx.oom.stack.frames) if ctx.oom is not None else []
-    m = ctx.snapshot_metrics
-    if m is not None and getattr(m, "oom", None) is not None:
-        frames += list(m.oom.frames)
-    return any("transformers/trainer" in fr.filename.replace("\\", "/") for fr in frames)
-
-
 def kept_signals(r: Retention, nbytes: int, what: str) -> list[tuple[str, float]]:
     """The signal a kept set adds when it is a material share of live memory (``retention.MATERIAL_SHARE``): "{what}
     are N% of the live memory at the OOM"; none when it is not."""

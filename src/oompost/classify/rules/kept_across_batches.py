@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from ...analysis.context import Context
 from ..base import Cause, Finding, Fix, confidence
-from ._common import LEAK_NOT_FIXES, b, hf_trainer_in, kept_signals, of_live, oom_refs, site_label
+from ._common import LEAK_NOT_FIXES, b, kept_signals, of_live, oom_refs, site_label
 
 
 class KeptAcrossBatches:
@@ -58,7 +58,7 @@ class KeptAcrossBatches:
                        f"{site} leaves {b(top.block_bytes)} on the GPU for every batch"),)
             + ((Fix("trainer_arg", "eval_accumulation_steps", "e.g. 8 (with preprocess_logits_for_metrics)",
                     "the HF Trainer moves accumulated predictions to the host every N evaluation batches"),)
-               if hf_trainer_in(ctx) else ()),
+               if ctx.under_hf_trainer else ()),
             not_fixes=LEAK_NOT_FIXES,
             signals=tuple(signals), numbers=tuple(numbers),
             detail=(f"At the OOM, {top.kept} blocks of {b(top.block_bytes)} allocated at {site} by successive "
